@@ -1,0 +1,53 @@
+"""voxserve: a fast neural text-to-speech inference engine and server."""
+
+from __future__ import annotations
+
+import os
+
+from .audio import Audio, AudioChunk
+from .errors import (
+    EmptyTextError,
+    InvalidInputError,
+    InvalidOptionError,
+    UnknownSpeakerError,
+    UnknownVoiceError,
+    UnpronounceableTextError,
+    VoiceLoadError,
+    VoxserveError,
+)
+from .options import DETERMINISTIC, SynthesisOptions
+from .runtime.options import RuntimeOptions
+from .voice import Voice
+from .voices.registry import DEFAULT_VOICE, available_voices, register_voice, resolve_voice
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Audio", "AudioChunk", "SynthesisOptions", "RuntimeOptions", "DETERMINISTIC", "Voice",
+    "load_voice", "available_voices", "register_voice", "DEFAULT_VOICE",
+    "VoxserveError", "InvalidInputError", "InvalidOptionError", "EmptyTextError",
+    "UnpronounceableTextError", "UnknownVoiceError", "UnknownSpeakerError", "VoiceLoadError",
+]
+
+
+def load_voice(
+    name_or_path: str | os.PathLike | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    *,
+    runtime: RuntimeOptions | None = None,
+    max_phonemes: int | None = None,
+) -> Voice:
+    """Load a voice by registry name (default: en_US-joe-medium) or by path.
+
+    device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
+    dtype: None/"fp32"; "fp16" / "bf16" on CUDA.
+    """
+    src = resolve_voice(name_or_path)
+    kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
+    if src.family == "piper":
+        from .voices.piper import load_piper_voice
+
+        return load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
+                                runtime=runtime, **kwargs)
+    raise VoiceLoadError(f"unknown voice family {src.family!r} for {src.name!r}")

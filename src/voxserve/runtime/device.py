@@ -1,0 +1,48 @@
+"""Device and dtype resolution."""
+
+from __future__ import annotations
+
+import torch
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+}
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """'auto' -> cuda if available else cpu; 'cuda' without CUDA is an error, not a fallback."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or auto")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """None -> float32. Half precision is a GPU feature: asking for it on CPU is an error."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        dt = dtype
+    else:
+        key = str(dtype).lower()
+        if key not in _DTYPES:
+            raise ValueError(f"unsupported dtype {dtype!r}; use fp32, fp16 or bf16")
+        dt = _DTYPES[key]
+    if dt != torch.float32 and device.type != "cuda":
+        raise ValueError(f"dtype {dtype} needs a CUDA device; the CPU path runs in fp32")
+    return dt
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dt]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

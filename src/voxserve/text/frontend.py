@@ -1,0 +1,90 @@
+"""The text front end of a voice: split -> normalise -> phonemise -> ids.
+
+Each stage is a public function in its own module (`split`, `normalize`, `phonemize`, `ids`);
+`TextFrontend` binds them to one voice's language, maps and limits.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import EmptyTextError, UnpronounceableTextError
+from .ids import PhonemeIdMapper
+from .normalize import normalize
+from .phonemize import phonemize
+from .split import split_long, split_sentences
+
+DEFAULT_MAX_PHONEMES = 300
+MIN_MAX_PHONEMES = 16
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One unit of synthesis: a sentence (or a piece of an over-long one)."""
+
+    text: str
+    phonemes: tuple[str, ...]
+    ids: tuple[int, ...]
+
+
+def _has_speech(phonemes: Sequence[str]) -> bool:
+    # IPA symbols are letters (L*) or modifier letters; punctuation and spaces are not speech
+    return any(p and unicodedata.category(p[0])[0] == "L" for p in phonemes)
+
+
+class TextFrontend:
+    def __init__(
+        self,
+        espeak_voice: str,
+        phoneme_id_map: Mapping[str, Sequence[int]],
+        phoneme_map: Mapping[str, Sequence[str]] | None = None,
+        vowel_clusters: frozenset[tuple[str, ...]] | None = None,
+        max_phonemes: int = DEFAULT_MAX_PHONEMES,
+    ):
+        if max_phonemes < MIN_MAX_PHONEMES:
+            raise ValueError(f"max_phonemes must be at least {MIN_MAX_PHONEMES}")
+        self.espeak_voice = espeak_voice
+        self.phoneme_map = phoneme_map or {}
+        self.vowel_clusters = set(vowel_clusters) if vowel_clusters else None
+        self.max_phonemes = max_phonemes
+        self.to_ids = PhonemeIdMapper(phoneme_id_map)
+
+    def normalize(self, text: str) -> str:
+        return normalize(text, self.espeak_voice)
+
+    def phonemize(self, text: str) -> list[str]:
+        return phonemize(text, self.espeak_voice, self.phoneme_map, self.vowel_clusters)
+
+    def iter_sentences(self, text: str) -> Iterator[Sentence]:
+        """Lazily, in order. Sentences with nothing to say ("...", emoji) are skipped."""
+        cache: dict[str, list[str]] = {}
+
+        def phon(t: str) -> list[str]:
+            if t not in cache:
+                cache[t] = self.phonemize(t)
+            return cache[t]
+
+        for sent in split_sentences(self.normalize(text)):
+            cache.clear()
+            pieces = split_long(sent, self.max_phonemes, lambda t: len(phon(t)))
+            for piece in pieces:
+                ph = phon(piece)
+                if _has_speech(ph):
+                    yield Sentence(piece, tuple(ph), tuple(self.to_ids(ph)))
+
+    def sentences(self, text: str) -> list[Sentence]:
+        """All sentences; raises EmptyTextError / UnpronounceableTextError."""
+        check_text(text)
+        out = list(self.iter_sentences(text))
+        if not out:
+            raise UnpronounceableTextError(text)
+        return out
+
+
+def check_text(text: str) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
+    if not text.strip():
+        raise EmptyTextError()

@@ -1,0 +1,221 @@
+"""The voice API: text in, typed audio out.
+
+A `Voice` turns text into `Unit`s (one per sentence: front end done, options resolved) and
+runs lists of units through its model as batches. `synthesize`, `stream` and
+`synthesize_batch` are built on those two seams, which are also what the serving engine uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .audio import Audio, AudioChunk
+from .errors import UnknownSpeakerError, UnpronounceableTextError
+from .options import SynthesisOptions
+from .text.frontend import TextFrontend, check_text
+
+MAX_BATCH_SENTENCES = 16
+MAX_BATCH_COST = 4096  # phoneme ids per batch
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One sentence of a request, ready for the model."""
+
+    index: int
+    """Position in its request."""
+    text: str
+    cost: int
+    """Batching cost (phoneme ids for VITS)."""
+    payload: Any
+    """Family-specific model input (a VitsItem for Piper voices)."""
+
+
+def sentence_seed(seed: int | None, index: int) -> int:
+    """Per-sentence seed: a request's seed spread over its sentences; random if None."""
+    if seed is None:
+        return secrets.randbits(63)
+    return (seed * 1_000_003 + index) & ((1 << 63) - 1)
+
+
+class Voice(ABC):
+    """A loaded voice on one device."""
+
+    name: str
+    family: str
+    sample_rate: int
+
+    @property
+    def speakers(self) -> list[str]:
+        return []
+
+    # ---------------------------------------------------------------- seams
+    @abstractmethod
+    def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
+        """Validate now; then lazily yield the text's units in order.
+
+        Raises EmptyTextError (now), InvalidOptionError / UnknownSpeakerError (now), and
+        UnpronounceableTextError (when iteration ends without a single unit)."""
+
+    @abstractmethod
+    def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
+        """Run one batch through the model. float32 audio per unit, trimmed."""
+
+    def silence_after(self, options: SynthesisOptions | None) -> float:
+        return float(options.sentence_silence or 0.0) if options else 0.0
+
+    # ---------------------------------------------------------------- API
+    def synthesize(self, text: str, options: SynthesisOptions | None = None) -> Audio:
+        """The whole text as one Audio (sentences batched, joined with sentence_silence)."""
+        return self.synthesize_batch([text], options)[0]
+
+    def stream(self, text: str, options: SynthesisOptions | None = None) -> Iterator[AudioChunk]:
+        """One AudioChunk per sentence, in order; the first sentence runs alone so that it
+        arrives as soon as possible, later ones in growing batches. Memory stays bounded by
+        one batch, whatever the length of the text."""
+        return self.stream_units(self.units(text, options))
+
+    def stream_units(self, units: Iterator[Unit]) -> Iterator[AudioChunk]:
+        """Run units (from `units()`) in batches of 1, 2, 4, ... and yield their audio in order."""
+        units = iter(units)
+        size = 1
+        pending = list(itertools.islice(units, 1))
+        while pending:
+            nxt = list(itertools.islice(units, 1))  # look ahead one: mark the last chunk
+            audios = self.run_units(pending)
+            for k, (u, a) in enumerate(zip(pending, audios)):
+                last = not nxt and k == len(pending) - 1
+                yield AudioChunk(a, self.sample_rate, index=u.index, text=u.text, is_last=last)
+            size = min(size * 2, MAX_BATCH_SENTENCES)
+            pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
+
+    def synthesize_batch(self, texts: Sequence[str], options: SynthesisOptions | Sequence[SynthesisOptions | None] | None = None) -> list[Audio]:
+        """Several texts; the sentences of all of them share batches. One Audio per text."""
+        if isinstance(options, SynthesisOptions) or options is None:
+            opts_list = [options] * len(texts)
+        else:
+            opts_list = list(options)
+            if len(opts_list) != len(texts):
+                raise ValueError("options must be one SynthesisOptions or one per text")
+        per_text = [list(self.units(t, o)) for t, o in zip(texts, opts_list)]
+        for t, us in zip(texts, per_text):
+            if not us:
+                raise UnpronounceableTextError(t)
+        flat = [(ti, u) for ti, us in enumerate(per_text) for u in us]
+        audio: dict[tuple[int, int], np.ndarray] = {}
+        it = iter(flat)
+        while batch := self._take_batch(it, MAX_BATCH_SENTENCES, MAX_BATCH_COST, key=lambda x: x[1]):
+            for (ti, u), a in zip(batch, self.run_units([u for _, u in batch])):
+                audio[(ti, u.index)] = a
+        out = []
+        for ti, (us, o) in enumerate(zip(per_text, opts_list)):
+            gap = np.zeros(int(round(self.silence_after(o) * self.sample_rate)), dtype=np.float32)
+            parts: list[np.ndarray] = []
+            for k, u in enumerate(us):
+                parts.append(audio[(ti, u.index)])
+                if len(gap) and k < len(us) - 1:
+                    parts.append(gap)
+            out.append(Audio(np.concatenate(parts), self.sample_rate))
+        return out
+
+    @staticmethod
+    def _take_batch(it: Iterator, max_n: int, max_cost: int, key=lambda u: u) -> list:
+        """Up to max_n items from `it` whose costs sum to at most max_cost (at least one)."""
+        batch: list = []
+        cost = 0
+        if max_n <= 0:
+            return batch
+        for x in it:
+            batch.append(x)
+            cost += key(x).cost
+            if len(batch) >= max_n or cost >= max_cost:
+                break
+        return batch
+
+
+class VitsVoice(Voice):
+    """A Piper (VITS) voice running on voxserve's PyTorch model."""
+
+    family = "piper"
+
+    def __init__(self, config, runner, frontend: TextFrontend, source_path=None):
+        from .voices.config import VoiceConfig
+
+        assert isinstance(config, VoiceConfig)
+        self.config = config
+        self.name = config.name
+        self.sample_rate = config.sample_rate
+        self.runner = runner
+        self.frontend = frontend
+        self.source_path = source_path
+
+    def __repr__(self) -> str:
+        return f"VitsVoice({self.name!r}, device={self.runner.device}, sample_rate={self.sample_rate})"
+
+    @property
+    def device(self):
+        return self.runner.device
+
+    @property
+    def speakers(self) -> list[str]:
+        return self.config.speakers
+
+    def speaker_id(self, speaker: int | str | None) -> int:
+        c = self.config
+        if speaker is None:
+            return c.default_speaker_id if c.num_speakers > 1 else 0
+        if isinstance(speaker, str):
+            if speaker in c.speaker_id_map:
+                return c.speaker_id_map[speaker]
+            if speaker.isdigit():
+                speaker = int(speaker)
+            else:
+                raise UnknownSpeakerError(speaker, self.name, c.speakers or c.num_speakers)
+        if not 0 <= speaker < max(c.num_speakers, 1) or (c.num_speakers <= 1 and speaker != 0):
+            raise UnknownSpeakerError(speaker, self.name, c.speakers or c.num_speakers)
+        return speaker
+
+    def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
+        check_text(text)
+        opts = (options or SynthesisOptions()).validate()
+        self.speaker_id(opts.speaker)  # unknown speaker: fail now, not mid-stream
+
+        def gen() -> Iterator[Unit]:
+            n = 0
+            for n, s in enumerate(self.frontend.iter_sentences(text), start=1):
+                yield Unit(n - 1, s.text, len(s.ids), self._item(s.ids, opts, n - 1))
+            if n == 0:
+                raise UnpronounceableTextError(text)
+
+        return gen()
+
+    def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
+        return self.runner.run([u.payload for u in units])
+
+    def synthesize_ids(self, ids: Sequence[Sequence[int]], options: SynthesisOptions | None = None) -> list[np.ndarray]:
+        """Phoneme ids -> audio, skipping the text front end (for parity tests and tools)."""
+        opts = (options or SynthesisOptions()).validate()
+        units = [
+            Unit(i, "", len(x), self._item(x, opts, i)) for i, x in enumerate(ids)
+        ]
+        return self.run_units(units)
+
+    def _item(self, ids: Sequence[int], opts: SynthesisOptions, index: int):
+        from .runtime.vits_runner import VitsItem
+
+        c = self.config
+        return VitsItem(
+            tuple(ids),
+            c.length_scale / (opts.speed if opts.speed is not None else 1.0),
+            c.noise_scale if opts.noise_scale is None else opts.noise_scale,
+            c.noise_w if opts.noise_w is None else opts.noise_w,
+            self.speaker_id(opts.speaker),
+            sentence_seed(opts.seed, index),
+        )

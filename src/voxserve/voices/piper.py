@@ -1,0 +1,81 @@
+"""Load a Piper voice (.onnx + .onnx.json) onto voxserve's PyTorch VITS."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import VoiceLoadError
+from ..models.vits import VitsModel, attention_modules
+from ..runtime.cpu import tune_malloc
+from ..runtime.device import resolve_device, resolve_dtype
+from ..runtime.layout import convert_convs_channels_last
+from ..runtime.options import RuntimeOptions
+from ..runtime.vits_runner import VitsRunner
+from ..text.frontend import DEFAULT_MAX_PHONEMES, TextFrontend
+from ..voice import VitsVoice
+from .cache import load_cached
+from .config import VoiceConfig
+from .onnx_import import read_piper_onnx
+
+log = logging.getLogger(__name__)
+
+
+def build_vits(onnx_path: str | Path, use_cache: bool = True) -> VitsModel:
+    """The voice's weights in a float32 CPU VitsModel (eval mode, no transforms)."""
+    dims, tensors = load_cached(onnx_path, read_piper_onnx, use_cache=use_cache)
+    model = VitsModel(dims)
+    missing, unexpected = model.load_state_dict(
+        {k: torch.from_numpy(np.require(v, requirements='W')) for k, v in tensors.items()}, strict=False
+    )
+    if missing or unexpected:  # the converter checked this; a stale cache entry would not
+        raise VoiceLoadError(f"{onnx_path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.eval().requires_grad_(False)
+
+
+def load_piper_voice(
+    model_path: str | Path,
+    config_path: str | Path | None = None,
+    name: str | None = None,
+    device: str | torch.device | None = "auto",
+    dtype: str | torch.dtype | None = None,
+    runtime: RuntimeOptions | None = None,
+    max_phonemes: int = DEFAULT_MAX_PHONEMES,
+    use_cache: bool = True,
+) -> VitsVoice:
+    model_path = Path(model_path)
+    config_path = Path(config_path) if config_path else model_path.with_name(model_path.name + ".json")
+    if not model_path.exists():
+        raise VoiceLoadError(f"voice model not found: {model_path}")
+    config = VoiceConfig.from_json(config_path, name=name)
+    runtime = (runtime or RuntimeOptions()).validate()
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+
+    model = build_vits(model_path, use_cache=use_cache)
+    dims = model.dims
+    if dims.n_vocab < config.num_symbols:
+        raise VoiceLoadError(f"{model_path}: the model has {dims.n_vocab} symbols, the config {config.num_symbols}")
+    if config.num_speakers > 1 and dims.n_speakers != config.num_speakers:
+        raise VoiceLoadError(f"{model_path}: the model has {dims.n_speakers} speakers, the config {config.num_speakers}")
+    if dims.hop_length != config.hop_length:
+        log.warning("%s: decoder hop %d differs from the config's hop_length %d; using the model's",
+                    model_path.name, dims.hop_length, config.hop_length)
+
+    for attn in attention_modules(model):
+        attn.impl = runtime.attention
+    if dev.type == "cpu":
+        tune_malloc()
+        if runtime.threads:
+            torch.set_num_threads(runtime.threads)
+        if runtime.cpu_channels_last:
+            convert_convs_channels_last(model.flow)
+            convert_convs_channels_last(model.dec)
+    model = model.to(device=dev, dtype=dt)
+    runner = VitsRunner(model, dev, dt, runtime)
+    frontend = TextFrontend(config.espeak_voice, config.phoneme_id_map, config.phoneme_map,
+                            config.vowel_clusters, max_phonemes=max_phonemes)
+    return VitsVoice(config, runner, frontend, source_path=model_path)
