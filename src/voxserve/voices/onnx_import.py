@@ -7,8 +7,8 @@ Piper exports its generator with `torch.onnx.export`, which keeps most parameter
   that consumes each one is still named after its module (`/flow/flows.0/enc/in_layers.0/Conv`),
 * an embedding table may carry an unrelated name (`sid` for `enc_p.emb.weight`); its Gather node
   is `/enc_p/emb/Gather`,
-* `exp(-logs)` of the duration predictor's first affine flow is folded to
-  `/dp/flows.0/Exp_output_0`.
+* `exp(-logs)` of the duration predictor's first affine flow is folded, to
+  `/dp/flows.0/Exp_output_0` or to the input of the `/dp/flows.0/Exp` node.
 
 So each parameter is found through the graph node that uses it, and every size of the model is
 read from tensor shapes and node attributes (strides, dilations), never from the file name.
@@ -99,7 +99,13 @@ def extract_state_dict(src: OnnxVits) -> dict[str, np.ndarray]:
                 )
             sd[key] = inits[tensor_name]
 
-    # exp(-logs) of ElementwiseAffine flows, folded at export
+    # ElementwiseAffine's logs enters as exp(-logs): the exporter folds either the negation
+    # (an Exp node reading -logs) or the whole exp (an initializer named .../Exp_output_0)
+    for node in src.nodes:
+        path = _module_path(node.name)
+        if (node.op_type == "Exp" and path and path.startswith("dp.") and node.input[0] in inits
+                and not _PARAM_NAME.match(node.input[0]) and f"{path}.m" in sd):
+            sd[f"{path}.logs"] = -inits[node.input[0]]
     for name, arr in inits.items():
         m = re.fullmatch(r"/(dp(?:/[\w.]+)*)/Exp_output_0", name)
         if m and f"{m.group(1).replace('/', '.')}.m" in sd:
