@@ -16,7 +16,7 @@ from .normalize import normalize
 from .phonemize import phonemize
 from .split import split_long, split_sentences
 
-DEFAULT_MAX_PHONEMES = 300
+DEFAULT_MAX_PHONEMES = 400
 MIN_MAX_PHONEMES = 16
 
 

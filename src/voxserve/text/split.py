@@ -110,7 +110,12 @@ def _split_words(text: str, limit: int, measure: Callable[[str], int]) -> list[s
             continue
         if cur and measure(" ".join(cur + [w])) > limit:
             # break before the last conjunction if that keeps at least half of the chunk
-            cut = max((i for i in range(1, len(cur)) if cur[i].lower().strip(",;:") in CONJUNCTIONS), default=0)
+            def conj(i: int) -> bool:
+                return cur[i].lower().strip(",;:") in CONJUNCTIONS
+
+            cut = max((i for i in range(1, len(cur)) if conj(i)), default=0)
+            while cut > 1 and conj(cut - 1):  # "and then": break before the first of a run
+                cut -= 1
             if cut and measure(" ".join(cur[:cut])) * 2 >= limit:
                 out.append(" ".join(cur[:cut]))
                 cur = cur[cut:]

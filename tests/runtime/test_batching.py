@@ -1,0 +1,76 @@
+"""A sentence's audio from a batch equals its one-at-a-time audio."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import voxserve
+from voxserve.runtime.options import RuntimeOptions
+from voxserve.runtime.vits_runner import decoder_gap_frames, decoder_receptive_field_frames
+
+
+@pytest.fixture(scope="module")
+def sentences(joe_voice, corpus):
+    texts = [d["text"] for d in corpus if d["category"] in ("short", "medium")]
+    out = [s for t in texts for s in joe_voice.frontend.sentences(t)]
+    # mixed lengths: interleave short and long
+    out.sort(key=lambda s: len(s.ids))
+    mixed = [x for pair in zip(out[: len(out) // 2], reversed(out[len(out) // 2 :])) for x in pair]
+    return mixed[:16]
+
+
+@pytest.fixture(scope="module")
+def singles(joe_voice, sentences):
+    return [joe_voice.synthesize_ids([s.ids], voxserve.DETERMINISTIC)[0] for s in sentences]
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+@pytest.mark.parametrize("n", [1, 2, 7, 16])
+def test_batch_equals_one_at_a_time(joe_voice, sentences, singles, layout, n):
+    joe_voice.runner.layout = layout
+    try:
+        batch = joe_voice.synthesize_ids([s.ids for s in sentences[:n]], voxserve.DETERMINISTIC)
+    finally:
+        joe_voice.runner.layout = "packed"
+    for a, ref in zip(batch, singles[:n]):
+        assert len(a) == len(ref)  # trimmed to its own length: no padded tail
+        assert np.abs(a - ref).max() <= 1e-4
+
+
+def test_decode_groups_bound_memory(joe_voice, sentences, singles):
+    """A small max_decode_frames splits the packed decode into several calls; same audio."""
+    runner = joe_voice.runner
+    old = runner.config
+    runner.config = RuntimeOptions(max_decode_frames=300)
+    try:
+        batch = joe_voice.synthesize_ids([s.ids for s in sentences[:7]], voxserve.DETERMINISTIC)
+    finally:
+        runner.config = old
+    for a, ref in zip(batch, singles[:7]):
+        assert np.abs(a - ref).max() <= 1e-4
+
+
+def test_multispeaker_seeded_batch_equals_alone(tiny_voice_path):
+    """Different speakers and seeded noise in one batch, packed decode with per-frame speaker."""
+    voice = voxserve.load_voice(str(tiny_voice_path), device="cpu")
+    rng = np.random.default_rng(1)
+    ids = [[1, 0] + [int(x) for x in rng.integers(3, 40, n)] + [2] for n in (5, 30, 12, 50, 3)]
+    opts = [voxserve.SynthesisOptions(speaker=k % 3, seed=100 + k) for k in range(len(ids))]
+    alone = [voice.runner.run([voice._item(x, o, 0)])[0] for x, o in zip(ids, opts)]
+    for layout in ("packed", "padded"):
+        voice.runner.layout = layout
+        together = voice.runner.run([voice._item(x, o, 0) for x, o in zip(ids, opts)])
+        for a, b in zip(together, alone):
+            assert len(a) == len(b)
+            assert np.abs(a - b).max() <= 1e-4
+    # and the seed matters
+    other = voice.runner.run([voice._item(ids[3], voxserve.SynthesisOptions(speaker=0, seed=7), 0)])[0]
+    assert len(other) != len(alone[3]) or np.abs(other - alone[3]).max() > 1e-3
+
+
+def test_gap_covers_every_single_convolution(joe_voice):
+    dims = joe_voice.runner.dims
+    # the joe voice: widest conv is a k=7, d=12 resblock conv at 8x = 4.5 frames
+    assert decoder_gap_frames(dims) == 6
+    assert decoder_gap_frames(dims) < decoder_receptive_field_frames(dims)
