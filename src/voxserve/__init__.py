@@ -38,12 +38,20 @@ def load_voice(
     runtime: RuntimeOptions | None = None,
     max_phonemes: int | None = None,
 ) -> Voice:
-    """Load a voice by registry name (default: en_US-joe-medium) or by path.
+    """Load a voice by registry name (default: en_US-joe-medium) or by path
+    ("bark:DIR" for a local Bark checkpoint directory).
 
     device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
     dtype: None/"fp32"; "fp16" / "bf16" on CUDA.
+    runtime: RuntimeOptions for Piper voices; a BarkRuntimeOptions for Bark voices (a
+    RuntimeOptions given for a Bark voice is ignored: its fields are VITS-specific).
     """
     src = resolve_voice(name_or_path)
+    if src.family == "bark":
+        from .voices.bark import BarkRuntimeOptions, load_bark_voice
+
+        return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype,
+                               runtime=runtime if isinstance(runtime, BarkRuntimeOptions) else None)
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
     if src.family == "piper":
         from .voices.piper import load_piper_voice
