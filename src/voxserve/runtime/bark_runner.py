@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -187,7 +186,6 @@ class BarkRunner:
         self.codebook_size = int(gc.codebook_size)
         self.n_coarse = int(self.coarse_config.n_coarse_codebooks)
         self.max_text_tokens = int(self.semantic_config.max_input_semantic_length)
-        self.semantic_rate_hz = float(self.semantic_config.semantic_rate_hz)
         self.hop_length = int(np.prod(model.config.codec_config.upsampling_ratios))
         self._lock = threading.Lock()  # one generation at a time: the samplers below are shared state
         self._ar_sampler: _RowSampler | None = None
@@ -336,7 +334,3 @@ class BarkRunner:
             yield
         finally:
             setattr(self, attr, None)
-
-    # ------------------------------------------------------------------ estimates
-    def semantic_tokens_for(self, seconds: float) -> int:
-        return math.ceil(seconds * self.semantic_rate_hz)

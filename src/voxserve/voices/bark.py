@@ -311,8 +311,11 @@ class BarkVoice(Voice):
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def cost(self, text: str) -> int:
-        """Batching cost: the semantic tokens the sentence is expected to generate."""
-        return self.runner.semantic_tokens_for(speech_weight(text) / CHARS_PER_SECOND)
+        """Batching cost: the sentence's length in Latin-character equivalents. Bark's work
+        grows with the speech it generates (about 3.6 semantic tokens per character); this
+        keeps the cost on the scale of a VITS voice's phoneme ids (about one per character),
+        so the engine's per-batch cost limit means the same for both families."""
+        return max(1, speech_weight(text))
 
     def _item(self, text: str, speaker: str | None, temps: tuple[float, float, float], seed: int):
         from ..runtime.bark_runner import BarkItem
