@@ -83,15 +83,53 @@ def sequence_mask(lengths: torch.Tensor, max_length: int) -> torch.Tensor:
     return torch.arange(max_length, device=lengths.device) < lengths.unsqueeze(1)
 
 
-def upsample_mask(mask: torch.Tensor | None, rate: int) -> torch.Tensor | None:
-    """[B, 1, L] -> [B, 1, L * rate]; masks are piecewise constant per frame."""
+class GapMask:
+    """Mask of a packed sequence: the few gap frames between items, as indices.
+
+    Zeroing gaps in place costs O(gap) instead of O(sequence) for a dense multiply; at the
+    decoder's full sample rate that is most of the masking cost. `apply_` writes into its
+    argument: callers pass tensors they own (fresh outputs).
+    """
+
+    def __init__(self, index: torch.Tensor, length: int):
+        self.index = index  # [N] int64 positions to zero (frames, or samples after upsample)
+        self.length = length
+
+    def upsample(self, rate: int) -> "GapMask":
+        idx = (self.index.unsqueeze(1) * rate + torch.arange(rate, device=self.index.device)).reshape(-1)
+        return GapMask(idx, self.length * rate)
+
+    def apply_(self, x: torch.Tensor) -> torch.Tensor:
+        return x.index_fill_(-1, self.index, 0.0) if self.index.numel() else x
+
+
+Mask = torch.Tensor | GapMask | None
+
+
+def upsample_mask(mask: Mask, rate: int) -> Mask:
+    """Dense [B, 1, L] -> [B, 1, L * rate]; masks are piecewise constant per frame."""
     if mask is None:
         return None
+    if isinstance(mask, GapMask):
+        return mask.upsample(rate)
     return mask.repeat_interleave(rate, dim=2)
 
 
-def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    return x if mask is None else x * mask
+def _masked(x: torch.Tensor, mask: Mask) -> torch.Tensor:
+    if mask is None:
+        return x
+    if isinstance(mask, GapMask):
+        return mask.apply_(x)
+    return x * mask
+
+
+def leaky_relu(x: torch.Tensor, slope: float) -> torch.Tensor:
+    # On [B, C, T] tensors with channels-last strides (see runtime/layout.py) PyTorch's CPU
+    # leaky_relu takes a slow strided path (measured 3x slower); the transposed view is
+    # contiguous and gives the same values in the same memory layout.
+    if x.dim() == 3 and not x.is_contiguous() and x.transpose(1, 2).is_contiguous():
+        return F.leaky_relu(x.transpose(1, 2), slope).transpose(1, 2)
+    return F.leaky_relu(x, slope)
 
 
 class LayerNorm(nn.Module):
@@ -146,31 +184,22 @@ class RelativeMultiHeadAttention(nn.Module):
             out = self._attend_banded(q, k, v, attn_mask)
         return self.conv_o(out.transpose(2, 3).reshape(b, c, t))
 
-    # -- banded: only the 2w+1 diagonals that have embeddings
-    def _band_index(self, t: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        w = self.window_size
-        pos = torch.arange(t, device=device)
-        rel = pos.unsqueeze(0) - pos.unsqueeze(1)  # [T, T]: j - i
-        in_band = rel.abs() <= w
-        # column 2w+1 of the padded logits is zero: out-of-band pairs read it
-        idx_abs = torch.where(in_band, rel + w, torch.full_like(rel, 2 * w + 1))
-        offs = torch.arange(-w, w + 1, device=device)
-        cols = pos.unsqueeze(1) + offs.unsqueeze(0)  # [T, 2w+1]: absolute key index
-        return idx_abs, cols
-
+    # -- banded: only the 2w+1 diagonals that carry embeddings, O(T*w) extra work
     def _attend_banded(self, q, k, v, attn_mask):
         b, h, t, d = q.shape
         w = self.window_size
-        idx_abs, cols = self._band_index(t, q.device)
         scores = torch.matmul(q, k.transpose(-2, -1))  # [B, H, T, T]
         rel_logits = torch.matmul(q, self.emb_rel_k.transpose(-2, -1))  # [B, H, T, 2w+1]
-        rel_logits = F.pad(rel_logits, (0, 1))
-        scores = scores + rel_logits.gather(-1, idx_abs.expand(b, h, t, t))
+        offsets = range(-min(w, t - 1), min(w, t - 1) + 1)
+        for r in offsets:  # diagonal r holds the pairs (i, i + r)
+            rows = slice(max(0, -r), t - max(0, r))
+            scores.diagonal(offset=r, dim1=-2, dim2=-1).add_(rel_logits[:, :, rows, r + w])
         scores = scores.masked_fill(attn_mask == 0, -1e4)
         p = torch.softmax(scores, dim=-1)
         out = torch.matmul(p, v)
-        valid = ((cols >= 0) & (cols < t)).to(p.dtype)  # [T, 2w+1]
-        band = p.gather(-1, cols.clamp(0, t - 1).expand(b, h, t, 2 * w + 1)) * valid
+        band = p.new_zeros(b, h, t, 2 * w + 1)  # band[..., i, r + w] = p[..., i, i + r]
+        for r in offsets:
+            band[:, :, max(0, -r) : t - max(0, r), r + w] = p.diagonal(offset=r, dim1=-2, dim2=-1)
         return out + torch.matmul(band, self.emb_rel_v)
 
     # -- skew: the reference formulation
@@ -564,11 +593,10 @@ class ResBlock1(nn.Module):
             nn.Conv1d(channels, channels, kernel_size, padding=_padding(kernel_size)) for _ in dilation
         )
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask: Mask = None):
         for c1, c2 in zip(self.convs1, self.convs2):
-            xt = c1(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
-            xt = c2(_masked(F.leaky_relu(xt, LRELU_SLOPE), mask))
-            x = xt + x
+            xt = c1(_masked(leaky_relu(x, LRELU_SLOPE), mask))
+            x = c2(_masked(leaky_relu(xt, LRELU_SLOPE), mask)).add_(x)
         return _masked(x, mask)
 
 
@@ -580,9 +608,9 @@ class ResBlock2(nn.Module):
             for d in dilation
         )
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask: Mask = None):
         for c in self.convs:
-            x = c(_masked(F.leaky_relu(x, LRELU_SLOPE), mask)) + x
+            x = c(_masked(leaky_relu(x, LRELU_SLOPE), mask)).add_(x)
         return _masked(x, mask)
 
 
@@ -606,21 +634,22 @@ class Generator(nn.Module):
         if dims.gin_channels:
             self.cond = nn.Conv1d(dims.gin_channels, uic, 1)
 
-    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, g: torch.Tensor | None = None):
-        # z [B, C, F] (zero where mask is 0); mask [B, 1, F] or None; g [B, gin, 1] or [B, gin, F]
+    def forward(self, z: torch.Tensor, mask: Mask = None, g: torch.Tensor | None = None):
+        # z [B, C, F] (zero where masked); mask: None, dense [B, 1, F] or GapMask;
+        # g [B, gin, 1] or per frame [B, gin, F]. Returns [B, 1, F * hop].
         x = self.conv_pre(z)
         if g is not None:
             x = x + self.cond(g)
         for i, up in enumerate(self.ups):
-            x = up(_masked(F.leaky_relu(x, LRELU_SLOPE), mask))
+            x = up(_masked(leaky_relu(x, LRELU_SLOPE), mask))
             mask = upsample_mask(mask, self.upsample_rates[i])
             blocks = self.resblocks[i * self.num_kernels : (i + 1) * self.num_kernels]
             xs = blocks[0](x, mask)
             for block in blocks[1:]:
-                xs = xs + block(x, mask)
-            x = xs / self.num_kernels
-        x = self.conv_post(_masked(F.leaky_relu(x), mask))  # default slope 0.01, as VITS
-        return _masked(torch.tanh(x), mask)  # [B, 1, S]
+                xs = xs.add_(block(x, mask))
+            x = xs.div_(self.num_kernels)
+        x = self.conv_post(_masked(leaky_relu(x, 0.01), mask))  # default slope, as VITS
+        return _masked(torch.tanh(x), mask)
 
 
 # --------------------------------------------------------------------------- the model

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..models.vits import VitsDims, VitsModel
+from ..models.vits import GapMask, VitsDims, VitsModel
 from .options import RuntimeOptions
 
 
@@ -118,56 +118,151 @@ class VitsRunner:
         """Synthesise a batch. Returns float32 audio per item, trimmed to its own length."""
         if not items:
             return []
+        self._check(items)
         with self._lock:
-            return self._run(items)
+            if self.layout == "padded":
+                return self._run_padded(items)
+            return self._run_packed(items)
 
-    def _run(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
+    def _check(self, items: Sequence[VitsItem]) -> None:
+        for it in items:
+            if len(it.ids) == 0:
+                raise ValueError("an item has no phoneme ids")
+            if min(it.ids) < 0 or max(it.ids) >= self.dims.n_vocab:
+                raise ValueError(f"phoneme id out of range 0..{self.dims.n_vocab - 1}")
+            if self.dims.n_speakers > 1 and not 0 <= it.speaker_id < self.dims.n_speakers:
+                raise ValueError(f"speaker id {it.speaker_id} out of range 0..{self.dims.n_speakers - 1}")
+
+    def _encode(self, items: Sequence[VitsItem], gens):
+        """One padded text-encoder + duration batch. -> g, m_p, logs_p, durations, frame lengths (device)."""
         m = self.model
-        B = len(items)
         t_lens = [len(it.ids) for it in items]
-        if min(t_lens) == 0:
-            raise ValueError("an item has no phoneme ids")
-        ids = np.zeros((B, max(t_lens)), dtype=np.int64)
+        ids = np.zeros((len(items), max(t_lens)), dtype=np.int64)
         for i, it in enumerate(items):
             ids[i, : t_lens[i]] = it.ids
-        for it in items:
-            if not 0 <= max(it.ids) < self.dims.n_vocab or min(it.ids) < 0:
-                raise ValueError(f"phoneme id out of range 0..{self.dims.n_vocab - 1}")
         ids_t = self._to_device(torch.from_numpy(ids))
         lengths = self._to_device(torch.tensor(t_lens))
         length_scale = self._to_device(torch.tensor([it.length_scale for it in items], dtype=torch.float32)).to(self.dtype)
         sid = None
         if self.dims.n_speakers > 1:
-            for it in items:
-                if not 0 <= it.speaker_id < self.dims.n_speakers:
-                    raise ValueError(f"speaker id {it.speaker_id} out of range 0..{self.dims.n_speakers - 1}")
             sid = self._to_device(torch.tensor([it.speaker_id for it in items]))
-        gens = [self._generator(it.seed) for it in items]
-
         g = m.speaker_embedding(sid)
         dur_noise = self._noise(items, gens, t_lens, 2, lambda it: it.noise_w)
-        m_p, logs_p, x_mask, durations = m.encode(ids_t, lengths, g, dur_noise, length_scale)
-        y_lengths_t = m.frame_lengths(durations)
-        y_lengths = y_lengths_t.tolist()  # the one device->host read of the batch
-        n_frames = max(y_lengths)
-        mm, logs, y_mask = m.expand(m_p, logs_p, durations, y_lengths_t, n_frames)
-        z_noise = self._noise(items, gens, y_lengths, self.dims.inter_channels, lambda it: it.noise_scale)
-        z = m.flow_reverse(mm, logs, y_mask, z_noise, g)
+        m_p, logs_p, _, durations = m.encode(ids_t, lengths, g, dur_noise, length_scale)
+        return g, m_p, logs_p, durations, m.frame_lengths(durations)
+
+    def encode_groups(self, t_lens: Sequence[int], waste: float = 0.25) -> list[list[int]]:
+        """Length-aware encoder batches: items sorted by length, a group grows while its padded
+        size stays within (1 + waste) x its real size. Order inside the result is by length."""
+        order = sorted(range(len(t_lens)), key=lambda i: t_lens[i], reverse=True)
+        groups: list[list[int]] = []
+        for i in order:
+            if groups:
+                grp = groups[-1]
+                longest = t_lens[grp[0]]
+                if longest * (len(grp) + 1) <= (1 + waste) * (sum(t_lens[j] for j in grp) + t_lens[i]):
+                    grp.append(i)
+                    continue
+            groups.append([i])
+        return groups
+
+    def _run_packed(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
+        """Encoder in length groups; flow and decoder on all items laid end to end."""
+        m = self.model
+        B = len(items)
+        gens = [self._generator(it.seed) for it in items]
+        groups = self.encode_groups([len(it.ids) for it in items])
+        enc = []
+        for grp in groups:
+            enc.append((grp, *self._encode([items[i] for i in grp], [gens[i] for i in grp])))
+        # the one device->host read of the batch: every item's frame count
+        flat = torch.cat([e[5] for e in enc]).tolist()
+        y_len = [0] * B
+        k = 0
+        for grp in groups:
+            for i in grp:
+                y_len[i] = flat[k]
+                k += 1
+        starts, pos = [], 0
+        for i in range(B):
+            starts.append(pos)
+            pos += y_len[i] + self.gap
+        P = pos - self.gap  # packed frames: items in request order, gap frames between them
+
+        C = self.dims.inter_channels
+        m_pk = torch.zeros(C, P, device=self.device, dtype=self.dtype)
+        logs_pk = torch.zeros(C, P, device=self.device, dtype=self.dtype)
+        g_pk = None
+        if self.dims.n_speakers > 1:
+            g_pk = torch.zeros(self.dims.gin_channels, P, device=self.device, dtype=self.dtype)
+        for grp, g, m_p, logs_p, durations, y_t in enc:
+            n = max(y_len[i] for i in grp)
+            mm, ll, _ = m.expand(m_p, logs_p, durations, y_t, n)  # [b, C, n]
+            src = np.concatenate([j * n + np.arange(y_len[i]) for j, i in enumerate(grp)])
+            dst = np.concatenate([starts[i] + np.arange(y_len[i]) for i in grp])
+            src_t = self._to_device(torch.from_numpy(src))
+            dst_t = self._to_device(torch.from_numpy(dst))
+            m_pk.index_copy_(1, dst_t, mm.permute(1, 0, 2).reshape(C, -1).index_select(1, src_t))
+            logs_pk.index_copy_(1, dst_t, ll.permute(1, 0, 2).reshape(C, -1).index_select(1, src_t))
+            if g_pk is not None:
+                item_of = np.concatenate([np.full(y_len[i], j) for j, i in enumerate(grp)])
+                g_pk.index_copy_(1, dst_t, g[:, :, 0].t().index_select(1, self._to_device(torch.from_numpy(item_of))))
+
+        mask_np = np.zeros(P, dtype=np.float32)
+        noise = torch.zeros(C, P)
+        for i, it in enumerate(items):
+            mask_np[starts[i] : starts[i] + y_len[i]] = 1.0
+            if it.noise_scale:
+                noise[:, starts[i] : starts[i] + y_len[i]] = torch.randn(C, y_len[i], generator=gens[i]) * it.noise_scale
+        mask = self._to_device(torch.from_numpy(mask_np)).to(self.dtype).view(1, 1, P)
+        z_noise = self._to_device(noise).to(self.dtype).unsqueeze(0) if any(it.noise_scale for it in items) \
+            else torch.zeros(1, C, P, device=self.device, dtype=self.dtype)
+        g_pk = None if g_pk is None else g_pk.unsqueeze(0)
+        z = m.flow_reverse(m_pk.unsqueeze(0), logs_pk.unsqueeze(0), mask, z_noise, g_pk)  # [1, C, P]
 
         hop = self.dims.hop_length
-        out: list[np.ndarray | None] = [None] * B
-        for group in self._decode_groups(y_lengths):
-            if self.layout == "packed" and len(group) > 1:
-                audios = self._decode_packed(z, g, y_lengths, group)
-            else:
-                audios = self._decode_padded(z, y_mask, g, y_lengths, group)
-            for i, a in zip(group, audios):
-                out[i] = a
-        self.last_stats = {"batch": B, "frames": float(sum(y_lengths)), "samples": float(sum(y_lengths) * hop)}
-        return out  # type: ignore[return-value]
+        out: list[np.ndarray] = [None] * B  # type: ignore[list-item]
+        for run in self._decode_groups(y_len):
+            a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
+            sub_mask = None
+            if len(run) > 1:  # zero only the gap frames between items (O(gap), in place)
+                gaps = np.concatenate([np.arange(starts[i] + y_len[i], starts[j]) for i, j in zip(run, run[1:])]) - a
+                sub_mask = GapMask(self._to_device(torch.from_numpy(gaps)), b - a)
+            gg = None if g_pk is None else g_pk[:, :, a:b]
+            audio = self._to_host(m.decode(z[:, :, a:b], sub_mask, gg)[0, 0])  # [(b - a) * hop]
+            for i in run:
+                out[i] = audio[(starts[i] - a) * hop : (starts[i] - a + y_len[i]) * hop]
+        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": float(len(groups))}
+        return out
+
+    def _run_padded(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
+        """The reference layout: one padded batch through every stage, masks everywhere."""
+        m = self.model
+        B = len(items)
+        gens = [self._generator(it.seed) for it in items]
+        g, m_p, logs_p, durations, y_t = self._encode(items, gens)
+        y_len = y_t.tolist()  # the one device->host read of the batch
+        n = max(y_len)
+        mm, ll, y_mask = m.expand(m_p, logs_p, durations, y_t, n)
+        z_noise = self._noise(items, gens, y_len, self.dims.inter_channels, lambda it: it.noise_scale)
+        z = m.flow_reverse(mm, ll, y_mask, z_noise, g)
+        hop = self.dims.hop_length
+        out: list[np.ndarray] = [None] * B  # type: ignore[list-item]
+        for run in self._decode_groups(y_len):
+            idx = torch.tensor(run, device=self.device)
+            nn_ = max(y_len[i] for i in run)
+            full = all(y_len[i] == nn_ for i in run)
+            audio = m.decode(z.index_select(0, idx)[:, :, :nn_],
+                             None if full else y_mask.index_select(0, idx)[:, :, :nn_],
+                             None if g is None else g.index_select(0, idx))
+            host = self._to_host(audio[:, 0])
+            for j, i in enumerate(run):
+                out[i] = host[j, : y_len[i] * hop]
+        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0}
+        return out
 
     def _decode_groups(self, y_lengths: Sequence[int]) -> list[list[int]]:
-        """Consecutive groups whose total frames stay under max_decode_frames."""
+        """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames."""
         cap = self.config.max_decode_frames
         groups: list[list[int]] = []
         cur: list[int] = []
@@ -184,47 +279,5 @@ class VitsRunner:
         return groups
 
     def _to_host(self, audio: torch.Tensor) -> np.ndarray:
-        """[..., S] device tensor -> float32 numpy, one copy."""
+        """Device tensor -> float32 numpy, one copy."""
         return audio.float().cpu().numpy()
-
-    def _decode_padded(self, z, y_mask, g, y_lengths, group):
-        hop = self.dims.hop_length
-        idx = torch.tensor(group, device=self.device)
-        n = max(y_lengths[i] for i in group)
-        zz = z.index_select(0, idx)[:, :, :n]
-        mask = y_mask.index_select(0, idx)[:, :, :n]
-        gg = None if g is None else g.index_select(0, idx)
-        full = bool(all(y_lengths[i] == n for i in group))
-        audio = self.model.decode(zz, None if full else mask, gg)  # [b, 1, n*hop]
-        host = self._to_host(audio[:, 0])
-        return [host[j, : y_lengths[i] * hop] for j, i in enumerate(group)]
-
-    def _decode_packed(self, z, g, y_lengths, group):
-        hop = self.dims.hop_length
-        B, C, F = z.shape
-        starts, pos = [], 0
-        src = []  # flat index into z viewed as [C, B*F]; B*F is the zero column
-        for k, i in enumerate(group):
-            if k:
-                src.append(np.full(self.gap, B * F))
-                pos += self.gap
-            starts.append(pos)
-            src.append(i * F + np.arange(y_lengths[i]))
-            pos += y_lengths[i]
-        src_idx = np.concatenate(src)
-        P = len(src_idx)
-        mask_np = (src_idx != B * F).astype(np.float32)
-        idx_t = self._to_device(torch.from_numpy(src_idx))
-        flat = torch.cat([z.permute(1, 0, 2).reshape(C, B * F), z.new_zeros(C, 1)], dim=1)
-        zp = flat.index_select(1, idx_t).unsqueeze(0)  # [1, C, P]
-        mask = self._to_device(torch.from_numpy(mask_np)).to(self.dtype).view(1, 1, P)
-        gp = None
-        if g is not None:
-            item_of = np.full(P, B, dtype=np.int64)
-            for k, i in enumerate(group):
-                item_of[starts[k] : starts[k] + y_lengths[i]] = i
-            gcols = torch.cat([g[:, :, 0].t(), g.new_zeros(g.shape[1], 1)], dim=1)  # [gin, B+1]
-            gp = gcols.index_select(1, self._to_device(torch.from_numpy(item_of))).unsqueeze(0)
-        audio = self.model.decode(zp, mask, gp)  # [1, 1, P*hop]
-        host = self._to_host(audio[0, 0])
-        return [host[s * hop : (s + y_lengths[i]) * hop] for s, i in zip(starts, group)]
