@@ -341,34 +341,15 @@ def load_bark_voice(
     """Load a local Bark checkpoint directory (never downloads).
 
     device: "auto", "cpu", "cuda", "cuda:N". dtype: None/"fp32"; "fp16"/"bf16" need CUDA.
+    presets: extra speaker presets, {name: .npz path}.
     """
-    import torch
-
-    from ..runtime.device import resolve_device, resolve_dtype
-
     d = Path(path).expanduser()
     runtime = (runtime or BarkRuntimeOptions()).validate()
     config = (config or BarkVoiceConfig()).validate()
     check_checkpoint(d)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    if runtime.attention == "flash_attention_2":
-        from transformers.utils import is_flash_attn_2_available
-
-        if dev.type != "cuda" or dt == torch.float32 or not is_flash_attn_2_available():
-            raise ValueError("attention 'flash_attention_2' needs the flash-attn package, a CUDA device "
-                             "and dtype fp16 or bf16")
-    if dev.type == "cpu" and runtime.threads:
-        torch.set_num_threads(runtime.threads)
+    dev, dt = _device_and_dtype(device, dtype, runtime)
     voice_presets = load_presets(d, presets)
-    try:
-        from transformers import BarkModel, BarkProcessor
-    except ImportError as e:
-        raise VoiceLoadError("Bark voices need transformers: pip install 'voxserve[bark]'") from e
-
-    from ..models.bark import set_bark_attention
-    from ..runtime.bark_runner import BarkRunner
-
+    BarkModel, BarkProcessor = _transformers_bark()
     attn = "flash_attention_2" if runtime.attention == "flash_attention_2" else "eager"
     try:
         model = BarkModel.from_pretrained(d, dtype=dt, attn_implementation=attn, local_files_only=True)
@@ -376,18 +357,76 @@ def load_bark_voice(
         processor = BarkProcessor.from_pretrained(d, speaker_embeddings_dict_path=None, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise VoiceLoadError(f"{d}: cannot load the Bark checkpoint: {e}") from e
+    vname = name if name and name != str(path) else d.name
+    return bark_voice_from_model(model, processor, vname, device=dev, dtype=dt, runtime=runtime, config=config,
+                                 presets=voice_presets, source_path=d)
+
+
+def bark_voice_from_model(
+    model,
+    processor,
+    name: str,
+    device: str | None = "auto",
+    dtype: str | None = None,
+    runtime: BarkRuntimeOptions | None = None,
+    config: BarkVoiceConfig | None = None,
+    presets: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    source_path: Path | None = None,
+) -> BarkVoice:
+    """A BarkVoice around a BarkModel + BarkProcessor already built (load_bark_voice's second
+    half; benchmarks use it for random-weight models built in memory). Applies the runtime
+    options (attention, dtype, offload) and the voice defaults."""
+    import torch
+
+    from ..models.bark import set_bark_attention
+    from ..runtime.bark_runner import BarkRunner
+
+    runtime = (runtime or BarkRuntimeOptions()).validate()
+    config = (config or BarkVoiceConfig()).validate()
+    dev, dt = _device_and_dtype(device, dtype, runtime)
+    if runtime.attention == "flash_attention_2" and model.config._attn_implementation != "flash_attention_2":
+        raise ValueError("flash_attention_2 is chosen when the model is built (attn_implementation=...)")
+    if dev.type == "cpu" and runtime.threads:
+        torch.set_num_threads(runtime.threads)
     model.eval().requires_grad_(False)
-    if runtime.attention == "sdpa":
-        set_bark_attention(model, "sdpa")
+    if next(model.parameters()).dtype != dt:
+        model.to(dtype=dt)
+    if runtime.attention in ("sdpa", "eager"):
+        set_bark_attention(model, runtime.attention)
     # the voice's sentence-end rule goes into the semantic generation settings
     gc = model.generation_config
-    gc.semantic_config = {**gc.semantic_config, "min_eos_p": config.min_eos_p}
+    if getattr(gc, "semantic_config", None) is not None:
+        gc.semantic_config = {**gc.semantic_config, "min_eos_p": config.min_eos_p}
+    voice_presets = dict(presets or {})
     try:
         runner = BarkRunner(model, processor, dev, dt, presets=lambda n: voice_presets[n],
                             cpu_offload=runtime.cpu_offload)
     except ValueError as e:
-        raise VoiceLoadError(f"{d}: {e}") from e
-    vname = name if name and name != str(path) else d.name
-    log.info("loaded Bark voice %s from %s on %s (%s, attention %s%s)", vname, d, dev, dt, runtime.attention,
+        raise VoiceLoadError(f"{source_path or name}: {e}") from e
+    log.info("loaded Bark voice %s on %s (%s, attention %s%s)", name, dev, dt, runtime.attention,
              ", cpu offload" if runner.cpu_offload else "")
-    return BarkVoice(vname, runner, config, voice_presets, source_path=d)
+    return BarkVoice(name, runner, config, voice_presets, source_path=source_path)
+
+
+def _device_and_dtype(device, dtype, runtime: BarkRuntimeOptions):
+    import torch
+
+    from ..runtime.device import resolve_device, resolve_dtype
+
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if runtime.attention == "flash_attention_2":
+        from transformers.utils import is_flash_attn_2_available
+
+        if dev.type != "cuda" or dt == torch.float32 or not is_flash_attn_2_available():
+            raise ValueError("attention 'flash_attention_2' needs the flash-attn package, a CUDA device "
+                             "and dtype fp16 or bf16")
+    return dev, dt
+
+
+def _transformers_bark():
+    try:
+        from transformers import BarkModel, BarkProcessor
+    except ImportError as e:
+        raise VoiceLoadError("Bark voices need transformers: pip install 'voxserve[bark]'") from e
+    return BarkModel, BarkProcessor
