@@ -131,6 +131,16 @@ def test_bad_npz_preset(tiny_bark_dir, tmp_path):
         load_bark_voice(d, device="cpu")
 
 
+def test_preset_for_another_model(tiny_bark_dir, tmp_path):
+    from bark_fixtures import tiny_preset
+
+    arrays = tiny_preset(np.random.default_rng(2), 10)
+    arrays["coarse_prompt"] = arrays["coarse_prompt"] + 1000  # codes of a 1024-entry codebook
+    np.savez(tmp_path / "big.npz", **arrays)
+    with pytest.raises(VoiceLoadError, match="'big': coarse_prompt has tokens outside 0..15"):
+        load_bark_voice(tiny_bark_dir, device="cpu", presets={"big": tmp_path / "big.npz"})
+
+
 def test_extra_npz_preset(tiny_bark_dir, tmp_path):
     from bark_fixtures import tiny_preset
 

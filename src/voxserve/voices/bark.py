@@ -185,6 +185,23 @@ def _check_preset(name: str, arrays: Mapping[str, np.ndarray], where: str) -> di
     return out
 
 
+def check_preset_fits(name: str, arrays: Mapping[str, np.ndarray], runner) -> None:
+    """A preset's token ranges and codebook counts must be the model's (a preset made for
+    another model would fail deep inside generation otherwise)."""
+    limits = {
+        "semantic_prompt": (None, runner.semantic_config.semantic_vocab_size),
+        "coarse_prompt": (runner.n_coarse, runner.codebook_size),
+        "fine_prompt": (runner.fine_config.n_fine_codebooks, runner.codebook_size),
+    }
+    for key, (rows, vocab) in limits.items():
+        a = arrays[key]
+        if rows is not None and a.shape[0] != rows:
+            raise VoiceLoadError(f"speaker preset {name!r}: {key} has {a.shape[0]} codebooks, the model {rows}")
+        if a.size and (a.min() < 0 or a.max() >= vocab):
+            raise VoiceLoadError(f"speaker preset {name!r}: {key} has tokens outside 0..{vocab - 1} "
+                                 f"(min {a.min()}, max {a.max()}): made for another model?")
+
+
 def load_presets(d: Path, extra: Mapping[str, str | os.PathLike] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Speaker presets of a checkpoint directory: speaker_embeddings_path.json entries,
     DIR/presets/**/*.npz, then `extra` ({name: .npz path}); later sources win."""
@@ -403,6 +420,8 @@ def bark_voice_from_model(
                             cpu_offload=runtime.cpu_offload)
     except ValueError as e:
         raise VoiceLoadError(f"{source_path or name}: {e}") from e
+    for preset_name, arrays in voice_presets.items():
+        check_preset_fits(preset_name, arrays, runner)
     log.info("loaded Bark voice %s on %s (%s, attention %s%s)", name, dev, dt, runtime.attention,
              ", cpu offload" if runner.cpu_offload else "")
     return BarkVoice(name, runner, config, voice_presets, source_path=source_path)
