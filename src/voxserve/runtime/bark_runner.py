@@ -97,14 +97,15 @@ class _RowSampler:
         """scores [B, ..., V] -> float32 scores / T + Gumbel noise on the rows that sample
         (on the first n_valid entries of the last axis if given; the rest are left alone)."""
         out = scores.float().clone()
-        tiny = torch.finfo(torch.float32).tiny
         for i, (t, g) in enumerate(zip(self.temperatures, self.generators)):
             if g is None:
                 continue
             row = out[i, ..., :n_valid] if n_valid is not None else out[i]
-            e = torch.empty(row.shape, dtype=torch.float32, device=out.device).exponential_(generator=g)
-            # -log(E), E ~ Exp(1), is Gumbel noise; clamping keeps -inf scores at -inf
-            row.div_(t).sub_(torch.log(e.clamp_min_(tiny)))
+            # Gumbel noise -log(-log U), U ~ U[0, 1): U = 0 gives -inf (never picked), U < 1 keeps
+            # it finite, so -inf scores stay -inf and nothing becomes NaN. (4x cheaper on CPU than
+            # exponential_; the fine stage draws 1024 x 1024 of them per codebook pass.)
+            u = torch.rand(row.shape, dtype=torch.float32, device=out.device, generator=g)
+            row.div_(t).sub_(u.log_().neg_().log_())
         return out
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
