@@ -189,6 +189,10 @@ class BarkRunner:
         self.max_text_tokens = int(self.semantic_config.max_input_semantic_length)
         self.hop_length = int(np.prod(model.config.codec_config.upsampling_ratios))
         self._lock = threading.Lock()  # one generation at a time: the samplers below are shared state
+        # transformers' fast tokenizers are not thread-safe (each call resets padding/truncation
+        # on the shared Rust object: "RuntimeError: Already borrowed"); the engine tokenizes in
+        # front-end threads while the worker runs batches. Everything that tokenizes takes this.
+        self.tokenizer_lock = threading.Lock()
         self._ar_sampler: _RowSampler | None = None
         self._fine_sampler: _RowSampler | None = None
         for sub in (model.semantic, model.coarse_acoustics):
@@ -267,7 +271,8 @@ class BarkRunner:
 
     def _history(self, speaker: str | None, texts: list[str]):
         preset = self.presets(speaker) if speaker is not None else None
-        enc = self.processor(texts, voice_preset=preset, max_length=self.max_text_tokens, return_tensors="pt")
+        with self.tokenizer_lock:
+            enc = self.processor(texts, voice_preset=preset, max_length=self.max_text_tokens, return_tensors="pt")
         history = None
         if preset is not None:
             history = {k: v.to(self.device) for k, v in enc["history_prompt"].items()}

@@ -325,7 +325,8 @@ class BarkVoice(Voice):
                         yield p
 
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        with self.runner.tokenizer_lock:  # see BarkRunner.tokenizer_lock
+            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def cost(self, text: str) -> int:
         """Batching cost: the sentence's length in Latin-character equivalents. Bark's work
