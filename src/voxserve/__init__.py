@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+# The caching allocator with expandable segments suits VITS's changing batch shapes (less
+# fragmentation); only a default, and only read when CUDA first allocates.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
 from .audio import Audio, AudioChunk
 from .errors import (
     EmptyTextError,
