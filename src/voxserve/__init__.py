@@ -47,15 +47,16 @@ def load_voice(
 
     device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
     dtype: None/"fp32"; "fp16" / "bf16" on CUDA.
-    runtime: RuntimeOptions for Piper voices; a BarkRuntimeOptions for Bark voices (a
-    RuntimeOptions given for a Bark voice is ignored: its fields are VITS-specific).
+    runtime: RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a
+    RuntimeOptions of which only `offload` and `threads` apply (the rest is VITS-specific).
     """
     src = resolve_voice(name_or_path)
     if src.family == "bark":
         from .voices.bark import BarkRuntimeOptions, load_bark_voice
 
-        return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype,
-                               runtime=runtime if isinstance(runtime, BarkRuntimeOptions) else None)
+        if isinstance(runtime, RuntimeOptions):
+            runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
+        return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
     if src.family == "piper":
         from .voices.piper import load_piper_voice

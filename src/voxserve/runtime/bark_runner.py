@@ -22,7 +22,8 @@ Bark algorithms stay in transformers) because it needs the stage boundaries for 
    row and stage, seeded from the sentence's seed). The noise goes after transformers' own
    logits processors (suppressed tokens, Bark's EOS rule, codebook alternation), where its
    temperature warper would be. Temperature 0 = greedy. Bark's global RNG is never touched.
-3. CPU offload: one stage's weights on the device at a time (see StageOffloader).
+3. CPU offload: one stage's weights on the device at a time (runtime/offload.py's
+   WeightOffloader, one group per stage; the seed's `enable_cpu_offload`).
 4. Different speakers: transformers takes one history prompt per batch, so the units of one
    `run` are grouped by speaker preset; each group is one batch.
 """
@@ -39,7 +40,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from .offload import WeightOffloader
+
 log = logging.getLogger(__name__)
+
+# stage -> the BarkModel submodules it runs (the offload groups)
+OFFLOAD_GROUPS = {"semantic": ("semantic",), "coarse": ("coarse_acoustics",), "fine": ("fine_acoustics",),
+                  "codec": ("codec_model",)}
 
 
 class _ExpectedGenerationWarnings(logging.Filter):
@@ -112,57 +119,11 @@ class _RowSampler:
         return self.perturb(scores)
 
 
-class StageOffloader:
-    """Keeps each stage's weights in pinned host memory; `on_device(stage)` puts one stage's
-    parameters and buffers on the compute device while it runs and drops the device copies
-    after. Weights never change, so offloading copies nothing back: the host tensors are kept
-    and swapped in again. Device memory then holds one stage's weights at a time (the seed's
-    `enable_cpu_offload`), at the cost of one host-to-device copy per stage and batch."""
-
-    def __init__(self, stages: Sequence[nn.Module], device: torch.device):
-        self.device = device
-        self._params: dict[int, list[tuple[nn.Parameter, torch.Tensor]]] = {}
-        self._buffers: dict[int, list[tuple[nn.Module, str, torch.Tensor]]] = {}
-        for st in stages:
-            st.to("cpu")
-            seen: set[int] = set()
-            params = []
-            for p in st.parameters():  # tied weights are one Parameter: listed once
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    p.data = p.data.pin_memory()
-                    params.append((p, p.data))
-            bufs = []
-            for mod in st.modules():
-                for name, b in list(mod._buffers.items()):
-                    if b is not None:
-                        pinned = b.pin_memory()
-                        mod._buffers[name] = pinned
-                        bufs.append((mod, name, pinned))
-            self._params[id(st)] = params
-            self._buffers[id(st)] = bufs
-
-    @contextlib.contextmanager
-    def on_device(self, stage: nn.Module) -> Iterator[None]:
-        params, bufs = self._params[id(stage)], self._buffers[id(stage)]
-        try:
-            for p, host in params:
-                p.data = host.to(self.device, non_blocking=True)
-            for mod, name, host in bufs:
-                mod._buffers[name] = host.to(self.device, non_blocking=True)
-            yield
-        finally:
-            for p, host in params:
-                p.data = host
-            for mod, name, host in bufs:
-                mod._buffers[name] = host
-
-
 class BarkRunner:
     """Owns a loaded BarkModel + BarkProcessor on one device; `run(items)` -> audio per item."""
 
     def __init__(self, model, processor, device: torch.device, dtype: torch.dtype,
-                 presets: Callable[[str], dict[str, np.ndarray]], cpu_offload: bool = False):
+                 presets: Callable[[str], dict[str, np.ndarray]], offload: bool = False):
         from transformers.models.bark.generation_configuration_bark import (
             BarkCoarseGenerationConfig,
             BarkFineGenerationConfig,
@@ -199,21 +160,21 @@ class BarkRunner:
             self._append_sampler_to_logits_processors(sub)
         for head in model.fine_acoustics.lm_heads:
             head.register_forward_hook(self._fine_logits_hook)
-        self.offloader = None
-        if cpu_offload and device.type == "cuda":
-            self.offloader = StageOffloader(self.stages(), device)
-        elif cpu_offload:
-            log.warning("enable_cpu_offload has no effect on %s: the weights already live in host memory", device)
+        self.offloader: WeightOffloader | None = None
+        if offload and device.type == "cuda":
+            self.offloader = WeightOffloader(model, OFFLOAD_GROUPS, device)
+        elif offload:
+            log.warning("offload (enable_cpu_offload) has no effect on %s: the weights already live in host memory",
+                        device)
         if self.offloader is None:
             model.to(device)
 
-    def stages(self) -> list[nn.Module]:
-        m = self.model
-        return [m.semantic, m.coarse_acoustics, m.fine_acoustics, m.codec_model]
+    def stages(self) -> dict[str, nn.Module]:
+        return {stage: getattr(self.model, names[0]) for stage, names in OFFLOAD_GROUPS.items()}
 
     @property
-    def cpu_offload(self) -> bool:
-        return self.offloader is not None
+    def offload(self) -> bool:
+        return self.offloader is not None and self.offloader.enabled
 
     # ------------------------------------------------------------------ hooks
     def _append_sampler_to_logits_processors(self, sub: nn.Module) -> None:
@@ -239,11 +200,11 @@ class BarkRunner:
         return s.perturb(logits, n_valid=self.codebook_size)
 
     @contextlib.contextmanager
-    def _stage(self, stage: nn.Module) -> Iterator[None]:
+    def _stage(self, stage: str) -> Iterator[None]:
         if self.offloader is None:
             yield
         else:
-            with self.offloader.on_device(stage):
+            with self.offloader.stage(stage):
                 yield
 
     # ------------------------------------------------------------------ run
@@ -284,13 +245,13 @@ class BarkRunner:
         seeds = [it.seed for it in items]
         temps = list(zip(*(it.temperatures for it in items)))  # per stage, per row
 
-        with self._stage(m.semantic), self._sampling(temps[0], seeds, 0):
+        with self._stage("semantic"), self._sampling(temps[0], seeds, 0):
             # ids [B, max_text_tokens]; semantic [B, S] with EOS / pad after each row's end
             semantic = m.semantic.generate(ids, semantic_generation_config=self.semantic_config,
                                            history_prompt=history, attention_mask=mask)
         n_semantic = (semantic != self.semantic_config.semantic_pad_token).sum(1).tolist()
 
-        with self._stage(m.coarse_acoustics), self._sampling(temps[1], seeds, 1):
+        with self._stage("coarse"), self._sampling(temps[1], seeds, 1):
             # coarse [B, n_coarse * T] (codebooks interleaved); lengths per row in that unit
             coarse, lengths = m.coarse_acoustics.generate(
                 semantic, semantic_generation_config=self.semantic_config,
@@ -299,7 +260,7 @@ class BarkRunner:
         lengths = [int(x) for x in lengths.tolist()]
 
         results = []
-        with self._stage(m.fine_acoustics):
+        with self._stage("fine"):
             for i in range(len(items)):
                 n = lengths[i]
                 r = {"semantic": semantic[i, : n_semantic[i]], "coarse": coarse[i, :n]}
@@ -318,7 +279,7 @@ class BarkRunner:
     def _run_group(self, items: Sequence[BarkItem], speaker: str | None) -> list[np.ndarray]:
         results = self._generate(items, speaker)
         audio: list[np.ndarray] = []
-        with self._stage(self.model.codec_model):
+        with self._stage("codec"):
             for r in results:
                 fine = r["fine"]
                 if fine.shape[-1] == 0:

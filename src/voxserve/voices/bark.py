@@ -57,9 +57,10 @@ class BarkRuntimeOptions:
     attention: str = "sdpa"
     """'sdpa' (fused scaled-dot-product attention), 'eager' (transformers' reference path), or
     'flash_attention_2' (needs the flash-attn package, CUDA and fp16/bf16)."""
-    cpu_offload: bool = False
-    """Keep the stages in host memory and move each to the GPU only while it runs (lower peak
-    memory, one weight copy per stage and batch). No effect on CPU."""
+    offload: bool = False
+    """CPU offload (the seed's enable_cpu_offload): keep the stages in pinned host memory and
+    move each to the GPU only while it runs (lower peak memory, one weight copy per stage and
+    batch). No effect on CPU (logged)."""
     threads: int | None = None
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
 
@@ -418,13 +419,13 @@ def bark_voice_from_model(
     voice_presets = dict(presets or {})
     try:
         runner = BarkRunner(model, processor, dev, dt, presets=lambda n: voice_presets[n],
-                            cpu_offload=runtime.cpu_offload)
+                            offload=runtime.offload)
     except ValueError as e:
         raise VoiceLoadError(f"{source_path or name}: {e}") from e
     for preset_name, arrays in voice_presets.items():
         check_preset_fits(preset_name, arrays, runner)
     log.info("loaded Bark voice %s on %s (%s, attention %s%s)", name, dev, dt, runtime.attention,
-             ", cpu offload" if runner.cpu_offload else "")
+             ", cpu offload" if runner.offload else "")
     return BarkVoice(name, runner, config, voice_presets, source_path=source_path)
 
 
