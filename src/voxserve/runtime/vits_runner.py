@@ -30,7 +30,7 @@ import torch
 
 from ..models.vits import GapMask, VitsDims, VitsModel
 from .cuda_graphs import GraphedStages
-from .offload import WeightOffloader
+from .offload import WeightOffloader, module_bytes
 from .options import RuntimeOptions
 from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
 
@@ -123,6 +123,27 @@ class VitsRunner:
             raise ValueError("cuda_graphs and offload cannot be combined: graphs bind the weights' device addresses")
         emulate = self.device.type != "cuda"
         return GraphedStages(eager, self.device, self.config.graph_grid, emulate=emulate)
+
+    def device_bytes(self) -> int:
+        return module_bytes(self.model)
+
+    def to_host(self) -> None:
+        """Move the weights to (pinned) host memory; captured graphs are dropped."""
+        with self._lock:
+            self._move(torch.device("cpu"))
+
+    def to_device(self) -> None:
+        """Bring the weights back; graphs are re-captured lazily, per bucket, on first use."""
+        with self._lock:
+            self._move(self.device)
+
+    def _move(self, dev: torch.device) -> None:
+        if self.device.type != "cuda":
+            return
+        for t in [*self.model.parameters(), *self.model.buffers()]:
+            t.data = t.data.to(dev, non_blocking=True) if dev.type == "cuda" else t.data.to(dev).pin_memory()
+        if isinstance(self.stages, GraphedStages):
+            self.stages = self._build_stages()
 
     def warmup(self) -> None:
         """Run every stage once; with CUDA graphs, capture the whole grid."""
