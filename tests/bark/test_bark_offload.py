@@ -127,3 +127,28 @@ def test_sdpa_matches_eager_and_batches_are_invariant_on_cuda(tiny_bark_dir):
     alone = [a.runner.generate_tokens([it])[0] for it in items]
     for x, y in zip(batch, alone):
         assert all(torch.equal(x[k], y[k]) for k in ("semantic", "coarse", "fine"))
+
+
+def test_residency_interface_on_cpu(bark_voice):
+    # what a device-memory budget over several voices calls; on CPU moving is a no-op
+    from voxserve.runtime.offload import module_bytes
+
+    r = bark_voice.runner
+    assert r.device_bytes() == module_bytes(r.model) > 0
+    r.to_host()
+    r.to_device()
+    assert _devices(r.model) == {"cpu"}
+
+
+@pytest.mark.cuda
+def test_to_host_and_back_on_cuda(tiny_bark_dir):
+    v = load_bark_voice(tiny_bark_dir, device="cuda")
+    units = list(v.units("Hello world.", voxserve.DETERMINISTIC))
+    before = v.run_units(units)
+    v.runner.to_host()
+    assert _devices(v.runner.model) == {"cpu"}
+    v.runner.to_device()
+    assert _devices(v.runner.model) == {"cuda"}
+    np.testing.assert_array_equal(v.run_units(units)[0], before[0])
+    off = load_bark_voice(tiny_bark_dir, device="cuda", runtime=BarkRuntimeOptions(offload=True))
+    assert off.runner.device_bytes() < v.runner.device_bytes()

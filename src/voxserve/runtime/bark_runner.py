@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .offload import WeightOffloader
+from .offload import WeightOffloader, module_bytes
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,29 @@ class BarkRunner:
     @property
     def offload(self) -> bool:
         return self.offloader is not None and self.offloader.enabled
+
+    # ------------------------------------------------------------------ residency
+    def device_bytes(self) -> int:
+        """Device memory the weights take while the voice is resident (with offload: the
+        largest stage, the only one ever on the device)."""
+        if self.offload:
+            return max(module_bytes(m) for m in self.stages().values())
+        return module_bytes(self.model)
+
+    def to_host(self) -> None:
+        """Weights to pinned host memory (for a device-memory budget over several voices)."""
+        with self._lock:
+            self._move(torch.device("cpu"))
+
+    def to_device(self) -> None:
+        with self._lock:
+            self._move(self.device)
+
+    def _move(self, dev: torch.device) -> None:
+        if self.device.type != "cuda" or self.offload:  # CPU, or already kept on the host
+            return
+        for t in [*self.model.parameters(), *self.model.buffers()]:
+            t.data = t.data.to(dev, non_blocking=True) if dev.type == "cuda" else t.data.to(dev).pin_memory()
 
     # ------------------------------------------------------------------ hooks
     def _append_sampler_to_logits_processors(self, sub: nn.Module) -> None:
