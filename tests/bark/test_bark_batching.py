@@ -70,6 +70,7 @@ def test_bark_never_touches_the_global_rng(bark_voice):
 def test_audio_batched_equals_alone_and_is_trimmed(bark_voice):
     units = [u for t in TEXTS for u in bark_voice.units(t, voxserve.DETERMINISTIC)]
     assert len(units) == len(TEXTS)
+    assert bark_voice.runner.hop_length == HOP
     batch = bark_voice.run_units(units)
     tokens = bark_voice.runner.generate_tokens([u.payload for u in units])
     for u, a, r in zip(units, batch, tokens):
