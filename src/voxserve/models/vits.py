@@ -641,6 +641,9 @@ class Generator(nn.Module):
         self.conv_post = nn.Conv1d(ch, 1, 7, 1, padding=3, bias=False)
         if dims.gin_channels:
             self.cond = nn.Conv1d(dims.gin_channels, uic, 1)
+        # True once runtime.transforms.fold_resblock_average has moved the 1/num_kernels of
+        # the resblock average into the next convolution's weights
+        self.average_folded = False
 
     def forward(self, z: torch.Tensor, mask: Mask = None, g: torch.Tensor | None = None):
         # z [B, C, F] (zero where masked); mask: None, dense [B, 1, F] or GapMask;
@@ -655,7 +658,7 @@ class Generator(nn.Module):
             xs = blocks[0](x, mask)
             for block in blocks[1:]:
                 xs = xs.add_(block(x, mask))
-            x = xs.div_(self.num_kernels)
+            x = xs if self.average_folded else xs.div_(self.num_kernels)
         x = self.conv_post(_masked(leaky_relu(x, 0.01), mask))  # default slope, as VITS
         return _masked(torch.tanh(x), mask)
 

@@ -16,6 +16,8 @@ class RuntimeOptions:
     """Latent frames decoded per call; bounds activation memory (4096 ~ 47 s at 22 kHz)."""
     cpu_channels_last: bool = True
     """CPU: run the flow's and decoder's 1-D convolutions as channels-last 2-D convolutions."""
+    fold_average: bool = True
+    """Fold the decoder's resblock average into the next convolution (one pass less per stage)."""
     attention: str = "banded"
     """Text-encoder relative attention: 'banded' (2w+1 diagonals) or 'skew' (VITS reference)."""
     threads: int | None = None

@@ -15,6 +15,7 @@ from ..runtime.device import resolve_device, resolve_dtype
 from ..runtime.layout import convert_convs_channels_last
 from ..runtime.options import RuntimeOptions
 from ..runtime.precision import PrecisionPolicy, apply_precision
+from ..runtime.transforms import fold_resblock_average
 from ..runtime.vits_runner import VitsRunner
 from ..text.frontend import DEFAULT_MAX_PHONEMES, TextFrontend
 from ..voice import VitsVoice
@@ -68,6 +69,8 @@ def load_piper_voice(
 
     for attn in attention_modules(model):
         attn.impl = runtime.attention
+    if runtime.fold_average:
+        fold_resblock_average(model.dec)
     if dev.type == "cpu":
         tune_malloc()
         if runtime.threads:
