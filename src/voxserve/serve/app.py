@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..audio import MEDIA_TYPES, StreamEncoder, available_stream_formats, encode_audio, open_stream_encoder
+from ..audio import StreamEncoder, available_stream_formats, encode_audio, open_stream_encoder, float_to_int16
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import (
     EngineClosedError,
@@ -95,6 +95,10 @@ def _error_for(exc: BaseException) -> JSONResponse:
         return error_response(503, str(exc), "server_error", "unavailable")
     log.error("internal error", exc_info=exc)
     return error_response(500, "internal error", "server_error", "internal_error")
+
+
+class _InternalError(VoxserveError):
+    """A failure inside the engine, surfaced as a plain 500 (details go to the log only)."""
 
 
 class _BadRequest(Exception):
@@ -284,10 +288,13 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         metrics.in_flight.inc()
         try:
             await stream.first()  # errors the front end finds late (nothing pronounceable) -> 4xx
-        except BaseException:
+        except BaseException as e:
             metrics.in_flight.dec()
             stream.cancel()
             encoder.close()
+            if isinstance(e, Exception) and not isinstance(e, VoxserveError):
+                log.error("request failed", exc_info=e)
+                raise _InternalError("internal error") from None
             raise
         return stream, encoder
 
@@ -324,8 +331,11 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             tail = encoder.close()
             if tail:
                 yield tail
-        except VoxserveError as e:  # after the first bytes the status is sent: end the stream
-            log.warning("stream %s ended early: %s", stream.request_id, e)
+        except Exception as e:
+            # the status line is already sent: abort the connection (no closing chunk) so the
+            # client sees a broken transfer rather than a short file that looks complete
+            log.warning("stream %s failed after its first bytes: %s", stream.request_id, e)
+            raise
         finally:
             stream.cancel()
             encoder.close()
@@ -339,6 +349,11 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         # whole file: collect (cancelling if the client goes away), then encode once
         try:
             chunks = await _collect_or_cancel(stream, request)
+        except VoxserveError:
+            raise
+        except Exception as e:
+            log.error("request failed", exc_info=e)
+            raise _InternalError("internal error") from None
         finally:
             metrics.in_flight.dec()
             encoder.close()
@@ -353,7 +368,9 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                 parts.append(gap)
             parts.append(c.samples)
         samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        if fmt in ("wav", "pcm", "flac", "mp3"):
+        if fmt == "wav":  # the same int16 conversion as the streamed formats
+            data = _wav_bytes(samples, stream.sample_rate)
+        elif fmt in ("pcm", "flac", "mp3"):
             data = await asyncio.to_thread(encode_audio, samples, stream.sample_rate, fmt)
         else:
             enc = open_stream_encoder(fmt, stream.sample_rate)
@@ -429,3 +446,16 @@ async def _collect_or_cancel(stream: SpeechStream, request: Request, poll_s: flo
         if not task.done():
             task.cancel()
 
+
+
+def _wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
+    import io
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(float_to_int16(samples).tobytes())
+    return buf.getvalue()
