@@ -224,3 +224,23 @@ def test_errors_are_json_for_openai_sdk_shape(client):
     c, *_ = client
     r = speech(c, input="")
     assert json.loads(r.text)["error"]["type"] == "invalid_request_error"
+
+
+def test_request_timeout_cancels_and_answers_504():
+    import threading
+
+    voice = FakeVoice(sample_rate=16000)
+    voice.gate = threading.Event()
+    eng = Engine([voice], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=1)))
+    app = create_app(eng, AppConfig(warmup=False, request_timeout_s=0.3))
+    with TestClient(app) as c:
+        r = c.post("/v1/synthesize", json={"text": "one. two. three. four."})
+        assert_error(r, 504, "timeout")
+        voice.gate.set()
+        import time
+
+        deadline = time.time() + 5
+        while eng.in_flight and time.time() < deadline:
+            time.sleep(0.01)
+        assert eng.in_flight == 0
+        assert len(voice.run_texts) <= 2  # the sentence held at the gate (and at most one more)

@@ -113,6 +113,12 @@ class SpeechStream:
     async def aclose(self) -> None:
         self.cancel()
 
+    def __del__(self):  # a stream dropped without being read to the end frees its sentences
+        try:
+            self.cancel()
+        except Exception:  # interpreter shutdown: nothing left to free
+            pass
+
     async def collect(self) -> list[AudioChunk]:
         return [c async for c in self]
 

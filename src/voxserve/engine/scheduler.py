@@ -48,8 +48,11 @@ from typing import Any
 class SchedulerConfig:
     max_batch_size: int = 8
     """Sentences per batch."""
-    max_batch_phonemes: int = 1024
-    """Phoneme ids per batch (sum of item costs); one item over it still runs, alone."""
+    max_batch_phonemes: int = 512
+    """Phoneme ids per batch (sum of item costs); one item over it still runs, alone.
+    A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
+    flight: 512 ids (about 6 s of audio) keeps that near half a second on a 2-core CPU.
+    On a GPU, where a batch costs little more than one sentence, raise it (e.g. 4096)."""
     max_wait_ms: float = 2.0
     """Longest an item waits for companions before its batch starts anyway."""
     max_queued_sentences: int = 256

@@ -15,6 +15,7 @@ import hmac
 import logging
 import math
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -70,6 +71,8 @@ class AppConfig:
     """On shutdown, in-flight requests get this long to finish."""
     warmup: bool = True
     """Run one sentence through each voice before /ready says ready."""
+    request_timeout_s: float = 600.0
+    """A request still running after this long is cancelled (its queued sentences dropped)."""
 
 
 # ----------------------------------------------------------------------------- errors
@@ -285,13 +288,15 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         except BaseException:
             encoder.close()
             raise
-        metrics.in_flight.inc()
         try:
-            await stream.first()  # errors the front end finds late (nothing pronounceable) -> 4xx
+            async with asyncio.timeout(config.request_timeout_s):
+                await stream.first()  # errors the front end finds late (nothing pronounceable) -> 4xx
         except BaseException as e:
-            metrics.in_flight.dec()
             stream.cancel()
             encoder.close()
+            if isinstance(e, TimeoutError):
+                raise _BadRequest(f"the request took over {config.request_timeout_s:g} s and was cancelled",
+                                  code="timeout", status=504) from None
             if isinstance(e, Exception) and not isinstance(e, VoxserveError):
                 log.error("request failed", exc_info=e)
                 raise _InternalError("internal error") from None
@@ -315,8 +320,9 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
         gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
         first = True
+        deadline = stream.timing.submitted + config.request_timeout_s
         try:
-            async for chunk in stream:
+            async for chunk in _until(stream, deadline):
                 if first:
                     first = False
                     if stream.timing.first_audio is not None:
@@ -339,7 +345,6 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         finally:
             stream.cancel()
             encoder.close()
-            metrics.in_flight.dec()
 
     async def respond(request: Request, stream: SpeechStream, encoder: StreamEncoder, fmt: str,
                       silence_s: float, chunked: bool) -> Response:
@@ -348,14 +353,18 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             return StreamingResponse(body(stream, encoder, fmt, silence_s), media_type=media, headers=headers)
         # whole file: collect (cancelling if the client goes away), then encode once
         try:
-            chunks = await _collect_or_cancel(stream, request)
+            async with asyncio.timeout(max(0.0, stream.timing.submitted + config.request_timeout_s - time.monotonic())):
+                chunks = await _collect_or_cancel(stream, request)
+        except TimeoutError:
+            stream.cancel()
+            raise _BadRequest(f"the request took over {config.request_timeout_s:g} s and was cancelled",
+                              code="timeout", status=504) from None
         except VoxserveError:
             raise
         except Exception as e:
             log.error("request failed", exc_info=e)
             raise _InternalError("internal error") from None
         finally:
-            metrics.in_flight.dec()
             encoder.close()
         if chunks is None:
             return Response(status_code=499)
@@ -427,6 +436,21 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     app.add_middleware(_Guard, config=config, metrics=metrics)
     return app
+
+
+async def _until(stream: SpeechStream, deadline: float) -> AsyncIterator:
+    """The stream's chunks; past `deadline` (monotonic seconds) it is cancelled and TimeoutError raised."""
+    it = stream.__aiter__()
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        await it.aclose()
 
 
 async def _collect_or_cancel(stream: SpeechStream, request: Request, poll_s: float = 0.2):

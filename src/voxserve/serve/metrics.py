@@ -45,6 +45,7 @@ class Metrics:
         eng = self.engine
         if eng is not None:
             self.queue_depth.set(eng.queued_sentences())
+            self.in_flight.set(eng.in_flight)
             self.sentences_dropped.set(eng.sentences_dropped)
             for dev, used in _memory(eng).items():
                 self.device_memory.labels(dev).set(used)
