@@ -278,7 +278,9 @@ class _SndfileEncoder(StreamEncoder):
             self.sample_rate = 48000
             self._resampler = StreamingResampler(sample_rate, 48000)
         container, subtype = _SF_FORMAT[fmt]
-        extra = {"bitrate_mode": "CONSTANT"} if fmt == "mp3" else {}  # CBR: a stream's length is knowable
+        # CBR (libsndfile applies the mode only together with a level; 0.5 = 80 kbit/s at 22 kHz):
+        # with no Xing header, readers estimate a stream's length from the first frame's bitrate
+        extra = {"bitrate_mode": "CONSTANT", "compression_level": 0.5} if fmt == "mp3" else {}
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._rfd, False)
         try:
