@@ -238,3 +238,17 @@ def test_fake_runner_random_workload_every_item_once_in_order():
         for r, i in b:
             seen.setdefault(r, []).append(i)
     assert seen == {r: list(range(n)) for r, n in expected.items()}
+
+
+def test_shortest_remaining_first_once_known():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
+    add(s, "long", 6)
+    add(s, "short", 2)
+    s.input_done("long")
+    s.input_done("short")
+    order = [b[0][0] for b in run_all(s, now=0.0)]
+    assert order[:2] == ["short", "short"]
+    s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, shortest_first=False))
+    add(s2, "long", 3)
+    add(s2, "short", 2)
+    assert [b[0][0] for b in run_all(s2, now=0.0)] == ["long", "short", "long", "short", "long"]

@@ -332,6 +332,7 @@ class Engine:
                 except StopIteration:
                     with w.cond:
                         r.total = r.produced
+                        w.scheduler.input_done(r.id)
                         r.frontend_running = False
                         self._maybe_finish(r)
                     return

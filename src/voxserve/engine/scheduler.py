@@ -13,10 +13,12 @@ Requests are served round-robin (fair queueing): each request counts the sentenc
 scheduled, and a new request starts at the count of the least-served active request, so it
 joins the current round instead of jumping every queue. Sentences are taken lowest count first
 (ties: the earlier request), so a 1,000-sentence request delays a one-sentence request by about
-one batch. Two tiers go before that order:
+one batch. Tiers go before that order:
 1. a request whose next sentence has waited `max_starve_ms` (since it arrived or since the
    request's last service) - nothing starves, whatever else arrives;
 2. a streaming request's first sentence (time to first audio).
+3. then, with `shortest_first`, the request with the least remaining work (once its front end
+   is done) - round-robin among equals and for requests whose end is not known yet.
 Within one round each request gives one sentence; if the batch still has room after a full
 round, later rounds follow (a lone long request fills whole batches).
 
@@ -65,8 +67,11 @@ class SchedulerConfig:
     """New requests are refused (HTTP 429) while this many sentences are queued."""
     max_length_ratio: float = 4.0
     """Length-aware grouping: longest / shortest item cost allowed in one batch (0 = off)."""
-    max_starve_ms: float = 1500.0
+    max_starve_ms: float = 4000.0
     """A request waiting this long for its next sentence goes before first-sentence priority."""
+    shortest_first: bool = True
+    """After those two tiers, requests with the least known remaining work go first (then
+    round-robin); False = plain round-robin."""
 
     def validate(self) -> "SchedulerConfig":
         if self.max_batch_size < 1:
@@ -123,6 +128,8 @@ class _Request:
     last_service: float = float("-inf")
     running: int = 0
     """Items in batches that have started and not been reported done."""
+    input_done: bool = False
+    """The front end has given every sentence: the remaining work is known."""
 
 
 class Scheduler:
@@ -169,6 +176,12 @@ class Scheduler:
         r.queue.clear()
         return dropped
 
+    def input_done(self, request_id: Hashable) -> None:
+        """The request will add no more items (its remaining work is what is queued)."""
+        r = self._requests.get(request_id)
+        if r is not None:
+            r.input_done = True
+
     def finish_request(self, request_id: Hashable) -> None:
         """The request needs nothing more (all its audio delivered)."""
         self.cancel(request_id)
@@ -192,7 +205,12 @@ class Scheduler:
         def key(r: _Request):
             waited = now - max(r.queue[0].arrival, r.last_service)
             tier = 0 if waited >= starve else 1 if (r.streaming and r.served == 0) else 2
-            return (tier, r.vserved, r.seq)
+            if tier == 2 and self.config.shortest_first:
+                # shortest remaining work first (known once the front end is done), so the
+                # last sentences of short requests are not queued behind long ones' rounds
+                left = sum(it.cost for it in r.queue) if r.input_done else float("inf")
+                return (tier, left, r.vserved, r.seq)
+            return (tier, 0, r.vserved, r.seq)
 
         rs = [r for r in self._requests.values() if r.voice == voice and r.queue]
         rs.sort(key=key)
