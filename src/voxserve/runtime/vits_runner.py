@@ -343,8 +343,8 @@ class VitsRunner:
             if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
                 # eager: zero only the gap and tail frames (O(gap), in place)
                 gaps = [np.arange(starts[i] + y_len[i], starts[j]) - a for i, j in zip(run, run[1:])]
-                idx = np.concatenate([*gaps, np.arange(L, Lb)]).astype(np.int64)
-                decode_mask = GapMask(self._to_device(torch.from_numpy(idx)), Lb)
+                idx = np.concatenate([np.zeros(0, np.int64), *gaps]).astype(np.int64)
+                decode_mask = GapMask(self._to_device(torch.from_numpy(idx)), Lb, tail_from=L)
 
             def run_slice(t: torch.Tensor) -> torch.Tensor:  # [C, P] -> [1, C, Lb]
                 t = t[None, :, a:b]
