@@ -379,7 +379,8 @@ def load_bark_voice(
         processor = BarkProcessor.from_pretrained(d, speaker_embeddings_dict_path=None, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise VoiceLoadError(f"{d}: cannot load the Bark checkpoint: {e}") from e
-    vname = name if name and name != str(path) else d.name
+    # named after the directory ("bark:." too; a symlink keeps its own name)
+    vname = name if name and Path(name).expanduser() != d else Path(os.path.abspath(d)).name
     return bark_voice_from_model(model, processor, vname, device=dev, dtype=dt, runtime=runtime, config=config,
                                  presets=voice_presets, source_path=d)
 
