@@ -290,6 +290,8 @@ def test_unknown_preset_is_400_listing_the_presets(app_client):
     assert synth(c, speaker=7).status_code == 400  # index out of range
     assert synth(c, speaker=1).status_code == 200  # an index into the listed presets
     assert synth(c, speed=1.5).status_code == 400  # Bark speaks at its own rate
+    r = synth(c, text="!!! ... ???")  # nothing to say: found by the front end, still a 400
+    assert r.status_code == 400 and "pronounceable" in r.json()["error"]["message"]
 
 
 def test_a_request_cannot_make_the_server_open_a_path(app_client, tiny_bark_dir):
