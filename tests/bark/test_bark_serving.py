@@ -462,6 +462,36 @@ def test_vits_and_bark_requests_at_once_all_succeed_with_their_rates(served, bar
         assert_pcm_close(got, ref, f"{voice}: {text}")
 
 
+def metric(server: ServerProcess, name: str) -> float:
+    import re
+
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", server.client.get("/metrics").text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_client_disconnect_stops_bark_work(served):
+    n = 40
+    before = metric(served, "voxserve_sentences_synthesized_total")
+    text = " ".join(["The cat is on the mat."] * n)
+    with served.client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "voice": "tiny-bark",
+                                                                "input": text, "response_format": "pcm"}) as r:
+        assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
+        next(r.iter_bytes())
+    last, stable_since = -1.0, time.time()
+    deadline = time.time() + 60
+    while time.time() < deadline:  # wait until nothing more is being generated
+        now = metric(served, "voxserve_sentences_synthesized_total")
+        if now != last:
+            last, stable_since = now, time.time()
+        elif time.time() - stable_since > 1.5:
+            break
+        time.sleep(0.1)
+    # the first sentence, the batch in flight and at most one more batch of 4: never the rest
+    assert last - before <= 1 + 2 * 4, last - before
+    assert metric(served, "voxserve_sentences_dropped") > 0
+    assert metric(served, "voxserve_in_flight_requests") == 0
+
+
 def test_serve_refuses_two_voices_with_one_name(tiny_bark_dir, monkeypatch):
     from voxserve.serve.cli import ServeSettings, load_voices, parse_voice_spec
     from voxserve.voices import registry
