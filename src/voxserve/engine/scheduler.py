@@ -61,7 +61,8 @@ class SchedulerConfig:
     max_batch_size: int = 8
     """Sentences per batch."""
     max_batch_phonemes: int = 256
-    """Phoneme ids per batch (sum of item costs); one item over it still runs, alone.
+    """Phoneme ids per batch (sum of item costs; Bark sentences cost 2 per character, about
+    what a Piper voice's do); one item over it still runs, alone.
     A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
     flight: 256 ids (about 3 s of audio, 2-6 short sentences) keeps that near a quarter of a
     second on an idle 2-core CPU (measured: at 8 clients, 256 halved the median latency of

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from ..engine.scheduler import SchedulerConfig
 from ..voices.registry import DEFAULT_VOICE
@@ -156,6 +157,8 @@ def load_voices(settings: ServeSettings) -> dict:
     for spec in settings.voices:
         name, source = parse_voice_spec(spec)
         from_path = source not in voice_sources()
+        if from_path and (Path(source).expanduser() / "config.json").is_file():
+            raise ValueError(f"{source} is a directory: for a Bark checkpoint use --voice bark:{source}")
         src = resolve_voice(source)  # the operator's command line: paths allowed here
         v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime)
         if name is not None:
