@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 from ..models.vits import GapMask, VitsDims, VitsModel
+from .buckets import geometric_bucket
 from .cuda_graphs import GraphedStages
 from .offload import WeightOffloader, module_bytes
 from .options import RuntimeOptions
@@ -110,6 +112,10 @@ class VitsRunner:
         if self.config.offload:
             self.offloader = WeightOffloader(model, {"encode": ("enc_p", "dp", "emb_g"), "synth": ("flow", "dec")}, device)
         self.stages = self._build_stages()
+        # CPU eager: round shapes up to buckets (see runtime/buckets.py); graphs have their own
+        buckets = self.config.shape_buckets
+        self.buckets = (device.type == "cpu") if buckets is None else buckets
+        self.buckets = self.buckets and isinstance(self.stages, EagerStages)
         self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def _build_stages(self):
@@ -247,17 +253,19 @@ class VitsRunner:
     def _encode(self, items: Sequence[VitsItem], gens) -> EncodeOutputs:
         """One padded text-encoder + duration batch."""
         t_lens = [len(it.ids) for it in items]
-        ids = np.zeros((len(items), max(t_lens)), dtype=np.int64)
+        T = geometric_bucket(max(t_lens)) if self.buckets else max(t_lens)  # masked padding
+        ids = np.zeros((len(items), T), dtype=np.int64)
         for i, it in enumerate(items):
             ids[i, : t_lens[i]] = it.ids
         sid = None
         if self.dims.n_speakers > 1:
             sid = self._to_device(torch.tensor([it.speaker_id for it in items]))
+        noise = self._noise(items, gens, t_lens, 2, lambda it: it.noise_w)
         x = EncodeInputs(
             ids=self._to_device(torch.from_numpy(ids)),
             lengths=self._to_device(torch.tensor(t_lens)),
             length_scale=self._to_device(torch.tensor([it.length_scale for it in items], dtype=torch.float32)),
-            dur_noise=self._noise(items, gens, t_lens, 2, lambda it: it.noise_w),
+            dur_noise=F.pad(noise, (0, T - noise.shape[2])) if T > noise.shape[2] else noise,
             sid=sid,
         )
         with self._stage("encode"):
@@ -329,15 +337,23 @@ class VitsRunner:
         audios = []
         for run in self._decode_groups(y_len):
             a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
+            L = b - a
+            Lb = geometric_bucket(L) if self.buckets else L  # a masked tail makes shapes repeat
             decode_mask = None
-            if len(run) > 1 and isinstance(self.stages, EagerStages):
-                # eager: zero only the gap frames between items (O(gap), in place)
-                gaps = np.concatenate([np.arange(starts[i] + y_len[i], starts[j]) for i, j in zip(run, run[1:])]) - a
-                decode_mask = GapMask(self._to_device(torch.from_numpy(gaps)), b - a)
-            x = SynthInputs(m_pk[None, :, a:b], logs_pk[None, :, a:b], z_noise[None, :, a:b], mask[:, :, a:b],
-                            None if g_pk is None else g_pk[None, :, a:b], decode_mask)
+            if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
+                # eager: zero only the gap and tail frames (O(gap), in place)
+                gaps = [np.arange(starts[i] + y_len[i], starts[j]) - a for i, j in zip(run, run[1:])]
+                idx = np.concatenate([*gaps, np.arange(L, Lb)]).astype(np.int64)
+                decode_mask = GapMask(self._to_device(torch.from_numpy(idx)), Lb)
+
+            def run_slice(t: torch.Tensor) -> torch.Tensor:  # [C, P] -> [1, C, Lb]
+                t = t[None, :, a:b]
+                return F.pad(t, (0, Lb - L)) if Lb > L else t
+
+            x = SynthInputs(run_slice(m_pk), run_slice(logs_pk), run_slice(z_noise), run_slice(mask[0]),
+                            None if g_pk is None else run_slice(g_pk), decode_mask)
             with self._stage("synth"):
-                audio = self.stages.synth(x, single_item=len(run) == 1)  # [(b - a) * hop]
+                audio = self.stages.synth(x, single_item=len(run) == 1 and Lb == L)  # [Lb * hop]
             for i in run:
                 off = (starts[i] - a) * hop
                 audios.append(audio[off : off + y_len[i] * hop])
