@@ -7,11 +7,12 @@ Each request is a FIFO of sentences ("items") that its text front end appends as
 Items of one request are always taken in order, so its audio comes back in order.
 A batch holds items of one voice only. Voices share the device by time (fair queueing between
 voices): the caller reports each batch's seconds to `complete`, and of the voices with a batch
-due, the one that has used the least device time goes next (ties: the least recently served). A voice whose
-batches are slow (Bark: seconds a sentence) thus cannot hold a fast one (VITS) to one batch per
-slow batch; each gets an equal share while both have work. A voice that had nothing to do banks
-no credit: it rejoins at the level of the least-served busy voice, so its next batch follows the
-batch in flight. Without reported times every voice stays at 0 and they simply take turns.
+due, the one that has used the least device time goes next (ties: the least recently served).
+A voice whose batches are slow (Bark: seconds a sentence) thus cannot hold a fast one (VITS) to
+one batch per slow batch; each gets an equal share while both have work. A voice that had
+nothing to do banks no credit: it rejoins at the level of the least-served busy voice, so its
+next batch follows the batch in flight. Without reported times every voice stays at 0 and they
+simply take turns.
 
 Order of service (who goes first)
 ---------------------------------
