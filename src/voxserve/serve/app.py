@@ -87,7 +87,9 @@ def _error_for(exc: BaseException) -> JSONResponse:
         return error_response(413, str(exc), "invalid_request_error", "input_too_long", "input")
     if isinstance(exc, InvalidOptionError):
         return error_response(400, str(exc), "invalid_request_error", "invalid_option", exc.option)
-    if isinstance(exc, (InvalidInputError, UnknownSpeakerError)):
+    if isinstance(exc, UnknownSpeakerError):  # the message lists the voice's speakers (Bark: presets)
+        return error_response(400, str(exc), "invalid_request_error", "invalid_input", "speaker")
+    if isinstance(exc, InvalidInputError):
         return error_response(400, str(exc), "invalid_request_error", "invalid_input")
     if isinstance(exc, UnknownVoiceError):
         return error_response(404, str(exc), "invalid_request_error", "voice_not_found", "voice")
@@ -403,7 +405,8 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     async def synthesize(req: SynthesizeRequest, request: Request):
         voice = voice_for(req.voice, openai=False)
         options = SynthesisOptions(speaker=req.speaker, speed=req.speed, noise_scale=req.noise_scale,
-                                   noise_w=req.noise_w, sentence_silence=req.sentence_silence, seed=req.seed)
+                                   noise_w=req.noise_w, sentence_silence=req.sentence_silence, seed=req.seed,
+                                   temperature=req.temperature)
         stream, encoder = await start(voice, req.text, options, req.response_format, streaming=req.stream)
         silence = float(req.sentence_silence or 0.0)
         return await respond(request, stream, encoder, req.response_format, silence, chunked=req.stream)
