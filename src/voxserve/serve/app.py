@@ -201,6 +201,12 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     def warm_up() -> None:
         try:
             for name in engine.voices:
+                # Until `ready` is set every request is refused (503), so no batch can be on the
+                # worker: the voice's own warm-up (CPU: per-shape kernels; CUDA: graph capture)
+                # may use the model from this thread.
+                warm = getattr(engine.voices[name], "warmup", None)
+                if warm is not None:
+                    warm()
                 done = threading.Event()
 
                 class _S:
@@ -210,7 +216,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
                 engine.submit(name, "Hello.", None, _S())
                 done.wait(300)
-        except VoxserveError:
+        except Exception:  # a failed warm-up leaves a slower first request, not a dead server
             log.exception("warm-up failed")
         ready.set()
 
