@@ -219,6 +219,11 @@ class Scheduler:
         def key(r: _Request):
             waited = now - max(r.queue[0].arrival, r.last_service)
             tier = 0 if waited >= starve else 1 if (r.streaming and r.served == 0) else 2
+            if tier == 1 and self.config.shortest_first:
+                # first sentences too go shortest first: a short request's whole answer is
+                # usually its first sentence, and it should not queue behind long first sentences
+                left = sum(it.cost for it in r.queue) if r.input_done else r.queue[0].cost
+                return (tier, left, r.vserved, r.seq)
             if tier == 2 and self.config.shortest_first:
                 # shortest remaining work first (known once the front end is done), so the
                 # last sentences of short requests are not queued behind long ones' rounds
