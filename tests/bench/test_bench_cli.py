@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from voxserve.bench import BenchSettings
-from voxserve.bench import settings_from
+from voxserve.bench import BenchSettings, settings_from
 from voxserve.bench.core import QUICK
 from voxserve.cli import build_parser, main
 
@@ -25,9 +24,27 @@ def test_bench_is_a_subcommand_with_dataclass_defaults():
 def test_quick_and_explicit_options():
     s = settings_from(parse("--quick"))
     assert s.quick and s.sizes == QUICK["sizes"] and s.runs == BenchSettings().runs >= 5
-    s = settings_from(parse("--quick", "--runs", "7", "--sizes", "1,3", "--configs", "vox-cpu,piper-cpu-t1",
-                            "--no-memory", "--device", "cpu"))
-    assert (s.runs, s.sizes, s.configs, s.memory, s.device) == (7, (1, 3), ("vox-cpu", "piper-cpu-t1"), False, "cpu")
+    s = settings_from(
+        parse(
+            "--quick",
+            "--runs",
+            "7",
+            "--sizes",
+            "1,3",
+            "--configs",
+            "vox-cpu,piper-cpu-t1",
+            "--no-memory",
+            "--device",
+            "cpu",
+        )
+    )
+    assert (s.runs, s.sizes, s.configs, s.memory, s.device) == (
+        7,
+        (1, 3),
+        ("vox-cpu", "piper-cpu-t1"),
+        False,
+        "cpu",
+    )
     with pytest.raises(SystemExit):
         parse("--sizes", "a,b")
     with pytest.raises(ValueError, match="runs"):
@@ -64,16 +81,33 @@ def test_from_json_writes_report_json_plots_and_a_docs_section(tiny_result, tmp_
     saved.write_text(json.dumps(tiny_result))
     docs = tmp_path / "docs" / "benchmarks.md"
     docs.parent.mkdir()
-    docs.write_text("# Benchmarks\n\nHand-written intro.\n\n<!-- voxserve-bench:cpu:begin -->\nold\n"
-                    "<!-- voxserve-bench:cpu:end -->\n\nHand-written outro.\n")
+    docs.write_text(
+        "# Benchmarks\n\nHand-written intro.\n\n<!-- voxserve-bench:cpu:begin -->\nold\n"
+        "<!-- voxserve-bench:cpu:end -->\n\nHand-written outro.\n"
+    )
     out = tmp_path / "out"
-    rc = main(["bench", "--from-json", str(saved), "--markdown", str(docs), "--plot", str(tmp_path / "docs" / "img"),
-               "--json", str(tmp_path / "copy.json"), "--out", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--from-json",
+            str(saved),
+            "--markdown",
+            str(docs),
+            "--plot",
+            str(tmp_path / "docs" / "img"),
+            "--json",
+            str(tmp_path / "copy.json"),
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     stdout = capsys.readouterr().out
     assert "### 2. Configurations side by side" in stdout
     text = docs.read_text()
-    assert text.startswith("# Benchmarks\n\nHand-written intro.") and text.rstrip().endswith("Hand-written outro.")
+    assert text.startswith("# Benchmarks\n\nHand-written intro.") and text.rstrip().endswith(
+        "Hand-written outro."
+    )
     assert "old" not in text and "### 1. Sequential vs batched synthesis" in text
     assert "](img/latency_vs_batch.png)" in text  # links relative to the Markdown file
     assert json.loads((tmp_path / "copy.json").read_text()) == tiny_result

@@ -15,8 +15,17 @@ def cuda_result(tiny_voice_path):
     # every quick CUDA row (precisions, CUDA Graphs, offload) on the tiny voice; compile rows
     # are left to the benchmark itself (minutes of compilation)
     arms = [a for a in CUDA_ARMS if a.quick]
-    settings = BenchSettings(voice=str(tiny_voice_path), device="cuda", runs=2, warmup=1, sizes=(1, 2),
-                             batches=(1, 2), categories=("short",), texts_per_category=1, memory_largest_only=True)
+    settings = BenchSettings(
+        voice=str(tiny_voice_path),
+        device="cuda",
+        runs=2,
+        warmup=1,
+        sizes=(1, 2),
+        batches=(1, 2),
+        categories=("short",),
+        texts_per_category=1,
+        memory_largest_only=True,
+    )
     return run_bench(settings, progress=False, arms=arms)
 
 

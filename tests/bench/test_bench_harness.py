@@ -13,6 +13,7 @@ import pytest
 from voxserve.bench import SchemaError, render_markdown, validate_result, write_plots
 from voxserve.bench.arms import CPU_ARMS, CUDA_ARMS, availability, runtime_fields
 
+
 def test_tiny_run_fits_the_schema_and_survives_json(tiny_result):
     validate_result(tiny_result)
     again = json.loads(json.dumps(tiny_result))
@@ -22,12 +23,19 @@ def test_tiny_run_fits_the_schema_and_survives_json(tiny_result):
 def test_every_configuration_is_reported_none_dropped(tiny_result):
     status = {a["name"]: a for a in tiny_result["arms"]}
     assert set(status) == {"vox-cpu", "vox-cpu-nocl", "vox-cpu-future", "piper-cpu"}
-    assert status["vox-cpu"]["status"] == status["piper-cpu"]["status"] == status["vox-cpu-nocl"]["status"] == "ok"
+    assert (
+        status["vox-cpu"]["status"]
+        == status["piper-cpu"]["status"]
+        == status["vox-cpu-nocl"]["status"]
+        == "ok"
+    )
     fut = status["vox-cpu-future"]
     assert fut["status"] == "unavailable"
     assert "not available in this build" in fut["reason"] and "no_such_field_yet" in fut["reason"]
     rows = [r for r in tiny_result["suites"]["configs"]["rows"] if r["arm"] == "vox-cpu-future"]
-    assert [r["batch"] for r in rows] == [1, 2] and all("not available in this build" in r["reason"] for r in rows)
+    assert [r["batch"] for r in rows] == [1, 2] and all(
+        "not available in this build" in r["reason"] for r in rows
+    )
     assert tiny_result["references"] == ["piper-cpu"]
 
 
@@ -43,7 +51,9 @@ def test_figures_are_medians_of_the_timed_runs(tiny_result):
     b = tiny_result["suites"]["batching"]["rows"]
     assert [r["sentences"] for r in b] == [1, 2]
     for r in b:
-        assert math.isclose(r["speedup"], r["sequential"]["latency_s"]["median"] / r["batched"]["latency_s"]["median"])
+        assert math.isclose(
+            r["speedup"], r["sequential"]["latency_s"]["median"] / r["batched"]["latency_s"]["median"]
+        )
 
 
 def test_ratios_are_against_the_reference_of_the_same_run(tiny_result):
@@ -62,8 +72,10 @@ def test_ratios_are_against_the_reference_of_the_same_run(tiny_result):
             assert math.isclose(r["vs"]["piper-cpu"]["total_speedup"], 1.0)
     two = tiny_result["suites"]["batching"]["rows"][1]
     ref = two["vs"]["piper-cpu"]
-    assert math.isclose(ref["batched_speedup"],
-                        ref["sequential"]["latency_s"]["median"] / two["batched"]["latency_s"]["median"])
+    assert math.isclose(
+        ref["batched_speedup"],
+        ref["sequential"]["latency_s"]["median"] / two["batched"]["latency_s"]["median"],
+    )
 
 
 def test_peak_memory_from_child_processes(tiny_result):
@@ -74,8 +86,10 @@ def test_peak_memory_from_child_processes(tiny_result):
         assert m["loaded_mb"] <= m["peak_mb"]
     assert rows[("vox-cpu", 1)]["memory"] is None  # memory_largest_only
     r = rows[("vox-cpu", 2)]
-    assert math.isclose(r["vs"]["piper-cpu"]["memory_ratio"],
-                        r["memory"]["peak_mb"] / rows[("piper-cpu", 2)]["memory"]["peak_mb"])
+    assert math.isclose(
+        r["vs"]["piper-cpu"]["memory_ratio"],
+        r["memory"]["peak_mb"] / rows[("piper-cpu", 2)]["memory"]["peak_mb"],
+    )
     mem = tiny_result["suites"]["batching"]["rows"][1]["memory"]
     assert mem["batched"]["peak_mb"] > 0 and mem["sequential"]["peak_mb"] > 0
 
@@ -100,8 +114,14 @@ def test_machine_section(tiny_result):
 
 def test_report_renders_every_table(tiny_result):
     md = render_markdown(tiny_result, plots=[("Latency vs batch size", "plots/latency_vs_batch.png")])
-    for heading in ("### 1. Sequential vs batched synthesis", "### 2. Configurations side by side",
-                    "### 3. Time to first audio", "**Batch 1**", "**Batch 2**", "Peak RSS (MB)"):
+    for heading in (
+        "### 1. Sequential vs batched synthesis",
+        "### 2. Configurations side by side",
+        "### 3. Time to first audio",
+        "**Batch 1**",
+        "**Batch 2**",
+        "Peak RSS (MB)",
+    ):
         assert heading in md
     for arm in tiny_result["arms"]:
         assert arm["label"] in md
@@ -117,8 +137,11 @@ def test_report_renders_every_table(tiny_result):
 
 def test_plots_are_written(tiny_result, tmp_path):
     paths = write_plots(tiny_result, tmp_path)
-    assert sorted(p.name for p in paths) == ["first_audio_by_length.png", "latency_vs_batch.png",
-                                             "throughput_vs_batch.png"]
+    assert sorted(p.name for p in paths) == [
+        "first_audio_by_length.png",
+        "latency_vs_batch.png",
+        "throughput_vs_batch.png",
+    ]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
 
@@ -163,5 +186,8 @@ def test_cuda_rows_say_why_they_cannot_run_here():
     for a in CUDA_ARMS:
         if a.device == "cuda":
             why = availability(a)
-            assert why and ("no CUDA device" in why or "not available in this build" in why
-                            or "CUDAExecutionProvider" in why), (a.name, why)
+            assert why and (
+                "no CUDA device" in why
+                or "not available in this build" in why
+                or "CUDAExecutionProvider" in why
+            ), (a.name, why)

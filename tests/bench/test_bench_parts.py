@@ -33,8 +33,10 @@ def test_user_corpus_jsonl_and_plain_text(tmp_path):
     f = tmp_path / "c.jsonl"
     f.write_text('{"text": "Hi there."}\n\n{"id": "x", "category": "long", "text": "Long one."}\n')
     c = load_corpus(f)
-    assert c == [{"id": "line-1", "category": "short", "text": "Hi there."},
-                 {"id": "x", "category": "long", "text": "Long one."}]
+    assert c == [
+        {"id": "line-1", "category": "short", "text": "Hi there."},
+        {"id": "x", "category": "long", "text": "Long one."},
+    ]
     t = tmp_path / "c.txt"
     t.write_text("Short line.\n" + "word " * 40 + "\n   \n")
     c = load_corpus(t)
@@ -120,8 +122,16 @@ def test_a_failing_configuration_loses_nothing_else(fake_engine, tiny_voice_path
         ArmSpec("fake-breaks", "fake, breaks after warm-up", engine="fake", runtime={"fail": "run"}),
         ArmSpec("nope", "unknown engine", engine="no-such-engine"),
     ]
-    settings = BenchSettings(voice=str(tiny_voice_path), device="cpu", runs=5, sizes=(1, 2), batches=(1, 2),
-                             categories=("short",), texts_per_category=1, memory=False)
+    settings = BenchSettings(
+        voice=str(tiny_voice_path),
+        device="cpu",
+        runs=5,
+        sizes=(1, 2),
+        batches=(1, 2),
+        categories=("short",),
+        texts_per_category=1,
+        memory=False,
+    )
     result = validate_result(run_bench(settings, progress=False, arms=arms))
     st = {a["name"]: (a["status"], a["reason"]) for a in result["arms"]}
     assert st["fake-ok"] == ("ok", None) and st["fake-ref"] == ("ok", None)
@@ -131,22 +141,37 @@ def test_a_failing_configuration_loses_nothing_else(fake_engine, tiny_voice_path
     rows = {(r["arm"], r["batch"]): r for r in result["suites"]["configs"]["rows"]}
     ok = rows[("fake-ok", 2)]
     assert ok["latency_s"]["n"] == 5 and ok["audio_s"] > 0
-    assert rows[("fake-breaks", 2)]["reason"] == "RuntimeError: device lost" and "latency_s" not in rows[("fake-breaks", 2)]
+    assert (
+        rows[("fake-breaks", 2)]["reason"] == "RuntimeError: device lost"
+        and "latency_s" not in rows[("fake-breaks", 2)]
+    )
     md = render_markdown(result)
-    assert "**failed** — RuntimeError: device lost" in md and "fake, fails to load — *RuntimeError: cannot load*" in md
+    assert (
+        "**failed** — RuntimeError: device lost" in md
+        and "fake, fails to load — *RuntimeError: cannot load*" in md
+    )
 
 
 def test_time_budget_interrupts_a_hanging_configuration(fake_engine, tiny_voice_path, monkeypatch):
-    import voxserve.bench.core as core
+    from voxserve.bench import core
 
     # one arm after another, as on CUDA (the fake arms need no GPU)
     monkeypatch.setattr(core, "resolve_device", lambda device: "cuda")
-    arms = [ArmSpec("fake-ref", "fake reference", engine="fake", reference=True),
-            ArmSpec("fake-ok", "fake, fine", engine="fake", primary=True),
-            ArmSpec("fake-hang", "fake, hangs", engine="fake", runtime={"fail": "hang"}),
-            ArmSpec("fake-late", "fake, never reached", engine="fake")]
-    settings = BenchSettings(voice=str(tiny_voice_path), runs=5, sizes=(1,), batches=(1,), suites=("configs",),
-                             memory=False, max_minutes=0.05)
+    arms = [
+        ArmSpec("fake-ref", "fake reference", engine="fake", reference=True),
+        ArmSpec("fake-ok", "fake, fine", engine="fake", primary=True),
+        ArmSpec("fake-hang", "fake, hangs", engine="fake", runtime={"fail": "hang"}),
+        ArmSpec("fake-late", "fake, never reached", engine="fake"),
+    ]
+    settings = BenchSettings(
+        voice=str(tiny_voice_path),
+        runs=5,
+        sizes=(1,),
+        batches=(1,),
+        suites=("configs",),
+        memory=False,
+        max_minutes=0.05,
+    )
     t0 = time.perf_counter()
     result = validate_result(run_bench(settings, progress=False, arms=arms))
     assert time.perf_counter() - t0 < 30  # not the 60 s the hanging arm asked for

@@ -57,7 +57,7 @@ class ArmSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ArmSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> ArmSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -73,11 +73,24 @@ def _arm(name, label, **kw) -> ArmSpec:
 CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm("vox-cpu", "voxserve torch fp32, defaults", primary=True, stream=True),
     _arm("vox-cpu-t1", "voxserve torch fp32, defaults, 1 thread", threads=1, quick=False),
-    _arm("vox-cpu-nocl", "voxserve, cpu_channels_last off", runtime={"cpu_channels_last": False}, quick=False),
-    _arm("vox-cpu-padded", "voxserve, decode_layout padded", runtime={"decode_layout": "padded"}, quick=False),
-    _arm("vox-cpu-skew", "voxserve, attention skew (VITS reference)", runtime={"attention": "skew"}, quick=False),
-    _arm("vox-cpu-plain", "voxserve, all CPU features off",
-         runtime={"cpu_channels_last": False, "decode_layout": "padded", "attention": "skew"}, quick=False),
+    _arm(
+        "vox-cpu-nocl", "voxserve, cpu_channels_last off", runtime={"cpu_channels_last": False}, quick=False
+    ),
+    _arm(
+        "vox-cpu-padded", "voxserve, decode_layout padded", runtime={"decode_layout": "padded"}, quick=False
+    ),
+    _arm(
+        "vox-cpu-skew",
+        "voxserve, attention skew (VITS reference)",
+        runtime={"attention": "skew"},
+        quick=False,
+    ),
+    _arm(
+        "vox-cpu-plain",
+        "voxserve, all CPU features off",
+        runtime={"cpu_channels_last": False, "decode_layout": "padded", "attention": "skew"},
+        quick=False,
+    ),
     _arm("piper-cpu", "Piper (onnxruntime CPU)", engine="piper", reference=True, stream=True),
     _arm("piper-cpu-t1", "Piper (onnxruntime CPU), 1 thread", engine="piper", threads=1, quick=False),
 )
@@ -88,24 +101,67 @@ CUDA_ARMS: tuple[ArmSpec, ...] = (
     _arm("vox-cuda-fp32", "voxserve CUDA fp32", device="cuda", primary=True, stream=True),
     _arm("vox-cuda-fp16", "voxserve CUDA fp16", device="cuda", dtype="fp16", stream=True),
     _arm("vox-cuda-bf16", "voxserve CUDA bf16", device="cuda", dtype="bf16"),
-    _arm("vox-cuda-fp32-graphs", "voxserve CUDA fp32 + CUDA Graphs", device="cuda",
-         runtime={"cuda_graphs": True}),
-    _arm("vox-cuda-fp16-graphs", "voxserve CUDA fp16 + CUDA Graphs", device="cuda", dtype="fp16",
-         runtime={"cuda_graphs": True}, stream=True),
-    _arm("vox-cuda-fp32-offload", "voxserve CUDA fp32 + CPU offload", device="cuda",
-         runtime={"offload": True}, quick=False),
-    _arm("vox-cuda-fp16-offload", "voxserve CUDA fp16 + CPU offload", device="cuda", dtype="fp16",
-         runtime={"offload": True}),
-    _arm("piper-cuda", "Piper (onnxruntime-gpu CUDA)", engine="piper", device="cuda", reference=True,
-         stream=True),
+    _arm(
+        "vox-cuda-fp32-graphs",
+        "voxserve CUDA fp32 + CUDA Graphs",
+        device="cuda",
+        runtime={"cuda_graphs": True},
+    ),
+    _arm(
+        "vox-cuda-fp16-graphs",
+        "voxserve CUDA fp16 + CUDA Graphs",
+        device="cuda",
+        dtype="fp16",
+        runtime={"cuda_graphs": True},
+        stream=True,
+    ),
+    _arm(
+        "vox-cuda-fp32-offload",
+        "voxserve CUDA fp32 + CPU offload",
+        device="cuda",
+        runtime={"offload": True},
+        quick=False,
+    ),
+    _arm(
+        "vox-cuda-fp16-offload",
+        "voxserve CUDA fp16 + CPU offload",
+        device="cuda",
+        dtype="fp16",
+        runtime={"offload": True},
+    ),
+    _arm(
+        "piper-cuda",
+        "Piper (onnxruntime-gpu CUDA)",
+        engine="piper",
+        device="cuda",
+        reference=True,
+        stream=True,
+    ),
     _arm("piper-cpu", "Piper (onnxruntime CPU)", engine="piper", reference=True, stream=True),
     # last: compilation can take minutes; under --max-minutes these are the rows that get cut
-    _arm("vox-cuda-fp32-compile", "voxserve CUDA fp32 + compile", device="cuda",
-         runtime={"compile": True}, quick=False),
-    _arm("vox-cuda-fp16-compile", "voxserve CUDA fp16 + compile", device="cuda", dtype="fp16",
-         runtime={"compile": True}, quick=False),
-    _arm("vox-cuda-fp16-graphs-compile", "voxserve CUDA fp16 + CUDA Graphs + compile", device="cuda",
-         dtype="fp16", runtime={"cuda_graphs": True, "compile": True}, quick=False),
+    _arm(
+        "vox-cuda-fp32-compile",
+        "voxserve CUDA fp32 + compile",
+        device="cuda",
+        runtime={"compile": True},
+        quick=False,
+    ),
+    _arm(
+        "vox-cuda-fp16-compile",
+        "voxserve CUDA fp16 + compile",
+        device="cuda",
+        dtype="fp16",
+        runtime={"compile": True},
+        quick=False,
+    ),
+    _arm(
+        "vox-cuda-fp16-graphs-compile",
+        "voxserve CUDA fp16 + CUDA Graphs + compile",
+        device="cuda",
+        dtype="fp16",
+        runtime={"cuda_graphs": True, "compile": True},
+        quick=False,
+    ),
 )
 
 
@@ -270,8 +326,9 @@ class VoxserveArm(Arm):
     def unavailable(cls, spec: ArmSpec) -> str | None:
         missing = sorted(set(spec.runtime) - runtime_fields())
         if missing:
-            return ("not available in this build: RuntimeOptions has no field "
-                    + ", ".join(repr(m) for m in missing))
+            return "not available in this build: RuntimeOptions has no field " + ", ".join(
+                repr(m) for m in missing
+            )
         if spec.device == "cuda" and not _torch_cuda():
             return "no CUDA device (torch.cuda.is_available() is False)"
         return None
@@ -287,7 +344,9 @@ class VoxserveArm(Arm):
         self.activate()
         before = torch.cuda.memory_allocated() if self.is_cuda else None
         runtime = RuntimeOptions(**dict(self.spec.runtime))
-        self.voice = load_voice(self.voice_name, device=self.spec.device, dtype=self.spec.dtype, runtime=runtime)
+        self.voice = load_voice(
+            self.voice_name, device=self.spec.device, dtype=self.spec.dtype, runtime=runtime
+        )
         self.options = SynthesisOptions(seed=self.seed)
         self.sample_rate = self.voice.sample_rate
         self.device = torch.device(self.spec.device)
@@ -361,6 +420,7 @@ class VoxserveArm(Arm):
 
 class PiperArm(Arm):
     batching = False
+
     def __init__(self, spec: ArmSpec, voice: str | None, seed: int = 0):
         super().__init__(spec, voice, seed)  # ONNX Runtime draws its own noise: seed unused
         self.voice = None
@@ -373,8 +433,10 @@ class PiperArm(Arm):
         except ImportError as e:
             return f"piper-tts / onnxruntime not importable: {e}"
         if spec.device == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-            return ("onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu); "
-                    f"providers: {', '.join(onnxruntime.get_available_providers())}")
+            return (
+                "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu); "
+                f"providers: {', '.join(onnxruntime.get_available_providers())}"
+            )
         return None
 
     def open(self) -> None:
@@ -397,7 +459,8 @@ class PiperArm(Arm):
                 opts.intra_op_num_threads = self.spec.threads
             providers: list = (
                 [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"})]
-                if self.spec.device == "cuda" else ["CPUExecutionProvider"]
+                if self.spec.device == "cuda"
+                else ["CPUExecutionProvider"]
             )
             with open(config_path, encoding="utf-8") as f:
                 config = PiperConfig.from_dict(json.load(f))
@@ -407,8 +470,11 @@ class PiperArm(Arm):
         if self.spec.device == "cuda" and used[0] != "CUDAExecutionProvider":
             raise RuntimeError(f"onnxruntime fell back to {used[0]}")
         self.sample_rate = self.voice.config.sample_rate
-        self.info = {"providers": used, "onnxruntime": onnxruntime.__version__,
-                     "intra_op_threads": self.spec.threads or "default"}
+        self.info = {
+            "providers": used,
+            "onnxruntime": onnxruntime.__version__,
+            "intra_op_threads": self.spec.threads or "default",
+        }
         if self.spec.device == "cpu" or self.spec.threads:
             self.activate()
 
@@ -428,8 +494,10 @@ class PiperArm(Arm):
         return self.run_sequential(prepared)
 
     def run_sequential(self, prepared):
-        return [np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), dtype=np.float32).reshape(-1)
-                for ids, syn in prepared]
+        return [
+            np.asarray(self.voice.phoneme_ids_to_audio(ids, syn), dtype=np.float32).reshape(-1)
+            for ids, syn in prepared
+        ]
 
     def stream(self, text):
         for chunk in self.voice.synthesize(text):  # the voice's default speaker, as voxserve's

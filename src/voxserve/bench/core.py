@@ -9,13 +9,24 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from .arms import ENGINES, FAILED, OK, SKIPPED, UNAVAILABLE, ArmSpec, arms_for, availability, build_pool, make_arm
+from .arms import (
+    ENGINES,
+    FAILED,
+    OK,
+    SKIPPED,
+    UNAVAILABLE,
+    ArmSpec,
+    arms_for,
+    availability,
+    build_pool,
+    make_arm,
+)
 from .corpus import load_corpus, pool_texts, stream_selection
 from .machine import load_average, machine_info
 from .measure import Task, execute, memory_entry, prepare, probe_request, run_probe
@@ -43,7 +54,8 @@ class BenchSettings:
     """Batch sizes of the configurations suite."""
     categories: tuple[str, ...] = ("short", "medium", "long")
     """Corpus categories of the time-to-first-audio suite."""
-    texts_per_category: int = 2
+    texts_per_category: int = 1
+    """Texts per category (sorted by length: the median one; n: spread over the lengths)."""
     suites: tuple[str, ...] = ("batching", "configs", "stream")
     configs: tuple[str, ...] = ()
     """Arm names to run (references are always added); () = the device's whole table."""
@@ -55,11 +67,12 @@ class BenchSettings:
     seed: int = 1234
     """voxserve's noise seed: the same durations, hence the same work, in every round."""
     max_minutes: float | None = None
-    """Stop starting new arms (CUDA) / rounds (CPU) after this long; what is cut is reported."""
+    """Stop measuring after this long (a running configuration is interrupted); what was
+    measured is kept, what was cut is reported."""
     jobs: int = 0
-    """Memory probes run at once (0: min(2, CPUs))."""
+    """Memory probes run at once (0: half the CPUs, 2 to 4)."""
 
-    def validate(self) -> "BenchSettings":
+    def validate(self) -> BenchSettings:
         if self.runs < 1 or self.warmup < 0:
             raise ValueError("runs must be >= 1 and warmup >= 0")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -74,8 +87,13 @@ class BenchSettings:
         return self
 
 
-QUICK = dict(sizes=(2, 8), batches=(1, 8), categories=("short", "medium"), texts_per_category=1,
-             memory_largest_only=True)
+QUICK = dict(
+    sizes=(2, 8),
+    batches=(1, 8),
+    categories=("short", "medium"),
+    texts_per_category=1,
+    memory_largest_only=True,
+)
 """--quick: the table's quick rows, two batch sizes, one short and one medium text, peak memory of
 the largest workloads only; still the median of `runs` timed runs after warm-up."""
 
@@ -93,7 +111,11 @@ class BudgetExceeded(BaseException):
 def _deadline(seconds: float | None):
     """Interrupt the measuring after `seconds` (SIGALRM; main thread on POSIX, else no-op):
     a configuration that hangs (a compiler, a driver) must not cost the whole report."""
-    if seconds is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+    if (
+        seconds is None
+        or threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+    ):
         yield
         return
 
@@ -121,7 +143,9 @@ def resolve_device(device: str) -> str:
 
 
 # ---------------------------------------------------------------------------- planning
-def _context(settings: BenchSettings, device: str, arms: Sequence[ArmSpec] | None = None) -> tuple[Context, list]:
+def _context(
+    settings: BenchSettings, device: str, arms: Sequence[ArmSpec] | None = None
+) -> tuple[Context, list]:
     from .. import SynthesisOptions, load_voice
 
     corpus = load_corpus(settings.corpus)
@@ -129,10 +153,18 @@ def _context(settings: BenchSettings, device: str, arms: Sequence[ArmSpec] | Non
     specs = list(arms) if arms is not None else arms_for(device, settings.quick, settings.configs or None)
     front = load_voice(settings.voice, device="cpu")  # the front end of the pool (CPU, fp32)
     n = max(max(settings.sizes), max(settings.batches))
-    pool = build_pool(front, [d["text"] for d in corpus], pool_texts(corpus), n, SynthesisOptions(seed=settings.seed))
+    pool = build_pool(
+        front, [d["text"] for d in corpus], pool_texts(corpus), n, SynthesisOptions(seed=settings.seed)
+    )
     del front
-    ctx = Context(settings, corpus, pool, stream_selection(corpus, settings.categories, settings.texts_per_category),
-                  specs, device)
+    ctx = Context(
+        settings,
+        corpus,
+        pool,
+        stream_selection(corpus, settings.categories, settings.texts_per_category),
+        specs,
+        device,
+    )
     for suite in suites:
         for spec in suite.extra_arms(ctx):
             if spec.name not in {s.name for s in ctx.specs}:
@@ -146,7 +178,11 @@ def plan(settings: BenchSettings, device: str | None = None, arms: Sequence[ArmS
     if device is None:
         import torch
 
-        device = "cuda" if settings.device == "cuda" or (settings.device == "auto" and torch.cuda.is_available()) else "cpu"
+        device = (
+            "cuda"
+            if settings.device == "cuda" or (settings.device == "auto" and torch.cuda.is_available())
+            else "cpu"
+        )
     ctx, suites = _context(settings, device, arms)
     rows = []
     for spec in ctx.specs:
@@ -154,12 +190,26 @@ def plan(settings: BenchSettings, device: str | None = None, arms: Sequence[ArmS
         if not tasks:
             continue
         reason = availability(spec)
-        rows.append({"name": spec.name, "label": spec.label, "status": "would run" if reason is None else UNAVAILABLE,
-                     "reason": reason, "tasks": len(_unique(tasks)),
-                     "memory_probes": len(_memory_tasks(settings, tasks)) if spec.device == "cpu" and settings.memory else 0})
-    return {"device": device, "settings": _settings_dict(settings), "arms": rows,
-            "pool_sentences": len(ctx.pool), "stream_texts": [ctx.corpus[i]["id"] for i in ctx.stream_indices],
-            "rounds": settings.warmup + settings.runs}
+        rows.append(
+            {
+                "name": spec.name,
+                "label": spec.label,
+                "status": "would run" if reason is None else UNAVAILABLE,
+                "reason": reason,
+                "tasks": len(_unique(tasks)),
+                "memory_probes": len(_memory_tasks(settings, tasks))
+                if spec.device == "cpu" and settings.memory
+                else 0,
+            }
+        )
+    return {
+        "device": device,
+        "settings": _settings_dict(settings),
+        "arms": rows,
+        "pool_sentences": len(ctx.pool),
+        "stream_texts": [ctx.corpus[i]["id"] for i in ctx.stream_indices],
+        "rounds": settings.warmup + settings.runs,
+    }
 
 
 def _settings_dict(s: BenchSettings) -> dict:
@@ -178,8 +228,14 @@ class _Progress:
         from tqdm import tqdm
 
         self.bar_on = sys.stderr.isatty() if enabled is None else enabled
-        self.bar = tqdm(total=total, unit="run", file=sys.stderr, disable=not self.bar_on, dynamic_ncols=True,
-                        desc="voxserve bench")
+        self.bar = tqdm(
+            total=total,
+            unit="run",
+            file=sys.stderr,
+            disable=not self.bar_on,
+            dynamic_ncols=True,
+            desc="voxserve bench",
+        )
         self.t0 = time.perf_counter()
 
     def phase(self, text: str) -> None:
@@ -195,8 +251,12 @@ class _Progress:
         self.bar.close()
 
 
-def run_bench(settings: BenchSettings, progress: bool | None = None, command: str | None = None,
-              arms: Sequence[ArmSpec] | None = None) -> dict:
+def run_bench(
+    settings: BenchSettings,
+    progress: bool | None = None,
+    command: str | None = None,
+    arms: Sequence[ArmSpec] | None = None,
+) -> dict:
     """Measure; return the JSON-able result (see report.validate_result for its shape).
 
     arms: the configurations to compare (default: the device's table, see arms.py)."""
@@ -215,31 +275,49 @@ def run_bench(settings: BenchSettings, progress: bool | None = None, command: st
         else:
             res.status[spec.name] = (UNAVAILABLE, reason)
     rounds = settings.warmup + settings.runs
-    probes = [(s, g) for s in runnable if s.device == "cpu" and settings.memory for g in _memory_tasks(settings, tasks[s.name])]
+    probes = [
+        (s, g)
+        for s in runnable
+        if s.device == "cpu" and settings.memory
+        for g in _memory_tasks(settings, tasks[s.name])
+    ]
     bar = _Progress(rounds * sum(len(_unique(tasks[s.name])) for s in runnable) + len(probes), progress)
     machine = machine_info()
     notes: list[str] = []
-    over = (lambda: settings.max_minutes is not None and (time.perf_counter() - t_start) > settings.max_minutes * 60)
-    budget_s = None if settings.max_minutes is None else settings.max_minutes * 60 - (time.perf_counter() - t_start)
+
+    def over() -> bool:
+        return (
+            settings.max_minutes is not None and (time.perf_counter() - t_start) > settings.max_minutes * 60
+        )
+
+    budget_s = (
+        None if settings.max_minutes is None else settings.max_minutes * 60 - (time.perf_counter() - t_start)
+    )
     try:
         try:
             with _deadline(budget_s):
                 if device == "cpu":
                     rounds_done = _interleaved(ctx, runnable, tasks, res, bar, over)
                     if rounds_done < rounds:
-                        notes.append(f"time budget reached: {max(rounds_done - settings.warmup, 0)} timed rounds "
-                                     f"instead of {settings.runs}")
+                        notes.append(
+                            f"time budget reached: {max(rounds_done - settings.warmup, 0)} timed rounds "
+                            f"instead of {settings.runs}"
+                        )
                 else:
                     _grouped(ctx, runnable, tasks, res, bar, over)
         except BudgetExceeded:
-            notes.append(f"time budget of {settings.max_minutes} min ran out during the measurements; "
-                         "what was measured before is kept")
+            notes.append(
+                f"time budget of {settings.max_minutes} min ran out during the measurements; "
+                "what was measured before is kept"
+            )
             for spec in runnable:
                 if spec.name not in res.status:
                     res.status[spec.name] = (SKIPPED, f"time budget of {settings.max_minutes} min reached")
                 elif res.ok(spec.name) and not any(k[0] == spec.name for k in res.samples):
-                    res.status[spec.name] = (SKIPPED, f"time budget of {settings.max_minutes} min reached "
-                                                      "while this configuration ran")
+                    res.status[spec.name] = (
+                        SKIPPED,
+                        f"time budget of {settings.max_minutes} min reached while this configuration ran",
+                    )
         for spec in runnable:  # CUDA peaks were taken around the timed calls
             if spec.device == "cuda" and res.ok(spec.name):
                 for t in tasks[spec.name]:
@@ -259,9 +337,15 @@ def run_bench(settings: BenchSettings, progress: bool | None = None, command: st
         "settings": _settings_dict(settings),
         "machine": {**machine, "load_average_end": load_average()},
         "voice": _voice_info(settings.voice, res),
-        "arms": [{**spec.to_dict(), "status": res.status.get(spec.name, (SKIPPED, "not run"))[0],
-                  "reason": res.status.get(spec.name, (SKIPPED, "not run"))[1], "info": res.info.get(spec.name, {})}
-                 for spec in ctx.specs],
+        "arms": [
+            {
+                **spec.to_dict(),
+                "status": res.status.get(spec.name, (SKIPPED, "not run"))[0],
+                "reason": res.status.get(spec.name, (SKIPPED, "not run"))[1],
+                "info": res.info.get(spec.name, {}),
+            }
+            for spec in ctx.specs
+        ],
         "references": refs,
         "pool": [{"text": s.text, "phoneme_ids": len(s.ids)} for s in ctx.pool],
         "suites": {s.name: s.build(ctx, res, refs) for s in suites},
@@ -269,6 +353,7 @@ def run_bench(settings: BenchSettings, progress: bool | None = None, command: st
         "elapsed_s": time.perf_counter() - t_start,
     }
     result["spread"] = spread(result["suites"])
+    result["timed_runs"] = sorted({len(v) for v in res.samples.values()})
     return result
 
 
@@ -336,7 +421,9 @@ def _open(ctx: Context, spec: ArmSpec, tasks, res: Results):
     arm = make_arm(spec, ctx.settings.voice, ctx.settings.seed)
     try:
         arm.open()
-        prepared = {_signature(g[0]): prepare(arm, g[0], ctx.pool, ctx.texts) for g in _unique(tasks[spec.name])}
+        prepared = {
+            _signature(g[0]): prepare(arm, g[0], ctx.pool, ctx.texts) for g in _unique(tasks[spec.name])
+        }
     except Exception as e:  # one configuration failing must not lose the others
         _fail(res, spec.name, e)
         arm.close()
@@ -406,7 +493,8 @@ def _grouped(ctx, specs, tasks, res, bar, over) -> None:
 
 
 def _memory_probes(ctx, probes, res, bar, notes, over) -> None:
-    jobs = ctx.settings.jobs or max(1, min(4, (os.cpu_count() or 1) // 2))
+    # memory does not depend on CPU contention: two children at once even on two cores
+    jobs = ctx.settings.jobs or max(2, min(4, (os.cpu_count() or 1) // 2))
     if over():
         notes.append("peak memory (child processes) not measured: time budget reached")
         return
@@ -417,7 +505,9 @@ def _memory_probes(ctx, probes, res, bar, notes, over) -> None:
         if over():
             return item, None, "time budget reached"
         try:
-            r = run_probe(probe_request(spec, ctx.settings.voice, ctx.settings.seed, group[0], ctx.pool, ctx.texts))
+            r = run_probe(
+                probe_request(spec, ctx.settings.voice, ctx.settings.seed, group[0], ctx.pool, ctx.texts)
+            )
             return item, memory_entry("rss", r["peak_rss"], r.get("loaded_rss")), None
         except Exception as e:
             return item, None, f"{type(e).__name__}: {e}"

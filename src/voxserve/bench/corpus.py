@@ -41,7 +41,7 @@ def load_corpus(path: str | Path | None = None) -> list[dict]:
             except ValueError as e:
                 raise ValueError(f"{p}:{n}: not JSON ({e})") from None
             if not isinstance(d, dict) or not isinstance(d.get("text"), str):
-                raise ValueError(f"{p}:{n}: each line needs a \"text\" string")
+                raise ValueError(f'{p}:{n}: each line needs a "text" string')
             text = d["text"]
             item = {"id": str(d.get("id", f"line-{n}")), "category": d.get("category"), "text": text}
         else:
@@ -61,13 +61,17 @@ def stream_selection(corpus: list[dict], categories: tuple[str, ...], per_catego
     texts at the (k + 1/2)/n quantiles (one text: the median length; two: the quartiles)."""
     out: list[int] = []
     for cat in categories:
-        idx = sorted((i for i, d in enumerate(corpus) if d["category"] == cat),
-                     key=lambda i: (len(corpus[i]["text"]), i))
+        idx = sorted(
+            (i for i, d in enumerate(corpus) if d["category"] == cat),
+            key=lambda i: (len(corpus[i]["text"]), i),
+        )
         if not idx:
             continue
         n = min(per_category, len(idx))
-        picks = sorted({idx[min(int((k + 0.5) * len(idx) / n), len(idx) - 1)] for k in range(n)},
-                       key=lambda i: (len(corpus[i]["text"]), i))
+        picks = sorted(
+            {idx[min(int((k + 0.5) * len(idx) / n), len(idx) - 1)] for k in range(n)},
+            key=lambda i: (len(corpus[i]["text"]), i),
+        )
         out.extend(picks)
     return out
 

@@ -44,10 +44,18 @@ def git_commit() -> str | None:
     if not (root / ".git").exists():
         return None
     try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return (rev + ("-dirty" if dirty else "")) or None
@@ -96,12 +104,22 @@ def machine_info() -> dict:
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         info["gpu"] = {
-            "name": p.name, "memory_gb": round(p.total_memory / 1024**3, 1),
-            "capability": f"{p.major}.{p.minor}", "count": torch.cuda.device_count(),
+            "name": p.name,
+            "memory_gb": round(p.total_memory / 1024**3, 1),
+            "capability": f"{p.major}.{p.minor}",
+            "count": torch.cuda.device_count(),
         }
         try:
-            drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+            drv = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=20,
+                )
+                .stdout.strip()
+                .splitlines()
+            )
             info["gpu"]["driver"] = drv[0] if drv else None
         except (OSError, subprocess.SubprocessError):
             info["gpu"]["driver"] = None

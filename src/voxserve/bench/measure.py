@@ -100,8 +100,13 @@ def stat(values: Sequence[float]) -> dict:
     vals = [float(v) for v in values]
     if not vals:
         raise ValueError("no samples")
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals),
-            "runs": vals}
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+        "runs": vals,
+    }
 
 
 # ---------------------------------------------------------------------------- process memory
@@ -129,13 +134,25 @@ def peak_rss_bytes() -> int:
     return ru if sys.platform == "darwin" else ru * 1024
 
 
-def probe_request(spec: ArmSpec, voice: str | None, seed: int, task: Task, pool: Sequence[Sentence],
-                  texts: Sequence[str], repeat: int = 2) -> dict:
+def probe_request(
+    spec: ArmSpec,
+    voice: str | None,
+    seed: int,
+    task: Task,
+    pool: Sequence[Sentence],
+    texts: Sequence[str],
+    repeat: int = 2,
+) -> dict:
     # only what the task needs travels
     used_texts = sorted({pool[i].text_index for i in task.sentences} | ({task.text_index} - {None}))
     return {
-        "spec": spec.to_dict(), "voice": voice, "seed": seed, "task": asdict(task), "repeat": repeat,
-        "pool": [asdict(s) for s in pool], "texts": {str(i): texts[i] for i in used_texts},
+        "spec": spec.to_dict(),
+        "voice": voice,
+        "seed": seed,
+        "task": asdict(task),
+        "repeat": repeat,
+        "pool": [asdict(s) for s in pool],
+        "texts": {str(i): texts[i] for i in used_texts},
     }
 
 
@@ -161,8 +178,12 @@ def probe_main(request: Mapping[str, Any]) -> dict:
 def run_probe(request: Mapping[str, Any], timeout_s: float = 600.0) -> dict:
     """probe_main in a child process (`python -m voxserve.bench.probe`)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "voxserve.bench.probe"], input=json.dumps(request),
-        capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy(),
+        [sys.executable, "-m", "voxserve.bench.probe"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=os.environ.copy(),
     )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]

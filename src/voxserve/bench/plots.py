@@ -25,7 +25,11 @@ def _labels(result: dict) -> dict[str, str]:
 
 def _title(result: dict, what: str) -> str:
     m = result["machine"]
-    where = m["gpu"]["name"] if result["device"] == "cuda" and m.get("gpu") else f"{m['cpu']}, {m['cpus_usable']} CPUs"
+    where = (
+        m["gpu"]["name"]
+        if result["device"] == "cuda" and m.get("gpu")
+        else f"{m['cpu']}, {m['cpus_usable']} CPUs"
+    )
     return f"{what}\n{result['voice'].get('name')} on {where} ({result['created'][:10]})"
 
 
@@ -54,9 +58,18 @@ def plot_batching(result: dict, out: Path, plt) -> list[Path]:
     n = [r["sentences"] for r in rows]
     paths = []
     for metric, ylabel, fname, what in (
-        ("latency", "latency (s), median", "latency_vs_batch.png", "Latency vs number of sentences (batch size)"),
-        ("throughput", "throughput (audio seconds per second)", "throughput_vs_batch.png",
-         "Throughput vs batch size"),
+        (
+            "latency",
+            "latency (s), median",
+            "latency_vs_batch.png",
+            "Latency vs number of sentences (batch size)",
+        ),
+        (
+            "throughput",
+            "throughput (audio seconds per second)",
+            "throughput_vs_batch.png",
+            "Throughput vs batch size",
+        ),
     ):
         if metric == "throughput" and result["suites"].get("configs"):
             fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.3]})
@@ -64,7 +77,7 @@ def plot_batching(result: dict, out: Path, plt) -> list[Path]:
             fig, ax = plt.subplots(figsize=(7.5, 5))
             ax2 = None
 
-        def val(t):
+        def val(t, metric=metric):
             return t["latency_s"]["median"] if metric == "latency" else t["throughput"]
 
         ax.plot(n, [val(r["sequential"]) for r in rows], "o-", label=f"{labels[sec['arm']]}: sequential")
@@ -124,7 +137,9 @@ def plot_stream(result: dict, out: Path, plt) -> list[Path]:
     by_arm: dict[str, list[tuple[int, float, float]]] = {}
     for r in sec["rows"]:
         if r.get("status") == "ok":
-            by_arm.setdefault(r["arm"], []).append((r["chars"], r["first_audio_s"]["median"], r["total_s"]["median"]))
+            by_arm.setdefault(r["arm"], []).append(
+                (r["chars"], r["first_audio_s"]["median"], r["total_s"]["median"])
+            )
     if not by_arm:
         return []
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))

@@ -60,7 +60,9 @@ def _arms(result: dict) -> dict[str, dict]:
 def _mem_header(result: dict, names: Sequence[str]) -> tuple[str, bool]:
     """'Peak RSS (MB)' / 'Peak GPU memory (MB)', or a mixed header with per-cell kinds."""
     arms = _arms(result)
-    kinds = {("cuda" if arms[n]["device"] == "cuda" and arms[n]["engine"] == "voxserve" else "rss") for n in names}
+    kinds = {
+        ("cuda" if arms[n]["device"] == "cuda" and arms[n]["engine"] == "voxserve" else "rss") for n in names
+    }
     if kinds == {"rss"}:
         return "Peak RSS (MB)", False
     if kinds == {"cuda"}:
@@ -75,21 +77,35 @@ def _header(result: dict) -> str:
     v = result.get("voice", {})
     dev = result["device"].upper() if result["device"] == "cuda" else "CPU"
     gpu = m.get("gpu")
-    gpu_s = (f"{gpu['name']} ({gpu['memory_gb']} GB, compute {gpu['capability']}, driver {gpu.get('driver') or '?'})"
-             if gpu else "none")
-    sw = (f"Python {m['python']}, torch {m['torch']} ({m['torch_threads']} threads"
-          + (f", CUDA {m['torch_cuda']}" if m.get("torch_cuda") else "") + f"), onnxruntime {m.get('onnxruntime')} "
-          f"({', '.join(p.replace('ExecutionProvider', '') for p in m.get('onnxruntime_providers', []))}), "
-          f"piper-tts {m.get('piper_tts')}, voxserve {m.get('voxserve')}"
-          + (f" (git {m['git_commit']})" if m.get("git_commit") else ""))
-    voice = (f"{v.get('name')} ({v.get('sample_rate')} Hz, {v.get('quality') or '?'} quality, "
-             f"{v.get('speakers', 1)} speaker(s), {v.get('size_mb', '?')} MB ONNX"
-             + (f", sha256 {v['sha256']}…" if v.get("sha256") else "") + ")")
+    gpu_s = (
+        f"{gpu['name']} ({gpu['memory_gb']} GB, compute {gpu['capability']}, "
+        f"driver {gpu.get('driver') or '?'})"
+        if gpu
+        else "none"
+    )
+    sw = (
+        f"Python {m['python']}, torch {m['torch']} ({m['torch_threads']} threads"
+        + (f", CUDA {m['torch_cuda']}" if m.get("torch_cuda") else "")
+        + f"), onnxruntime {m.get('onnxruntime')} "
+        f"({', '.join(p.replace('ExecutionProvider', '') for p in m.get('onnxruntime_providers', []))}), "
+        f"piper-tts {m.get('piper_tts')}, voxserve {m.get('voxserve')}"
+        + (f" (git {m['git_commit']})" if m.get("git_commit") else "")
+    )
+    voice = (
+        f"{v.get('name')} ({v.get('sample_rate')} Hz, {v.get('quality') or '?'} quality, "
+        f"{v.get('speakers', 1)} speaker(s), {v.get('size_mb', '?')} MB ONNX"
+        + (f", sha256 {v['sha256']}…" if v.get("sha256") else "")
+        + ")"
+    )
     dtypes = sorted({a.get("dtype") or "fp32" for a in result["arms"] if a["engine"] == "voxserve"})
     rows = [
         ["Date (UTC)", result["created"]],
         ["Command", f"`{result['command']}`" if result.get("command") else "(library call)"],
-        ["CPU", f"{m['cpu']} ({m['cpus_usable']} of {m['cpu_count']} logical CPUs usable), {m.get('memory_gb')} GB RAM"],
+        [
+            "CPU",
+            f"{m['cpu']} ({m['cpus_usable']} of {m['cpu_count']} logical CPUs usable), "
+            f"{m.get('memory_gb')} GB RAM",
+        ],
         ["GPU", gpu_s],
         ["OS", m["os"]],
         ["Software", sw],
@@ -97,32 +113,58 @@ def _header(result: dict) -> str:
         ["voxserve dtypes", ", ".join(dtypes)],
     ]
     if m.get("load_average"):
-        rows.append(["Load average (1/5/15 min)", f"{' / '.join(map(str, m['load_average']))} at the start, "
-                     f"{' / '.join(map(str, m.get('load_average_end') or []))} at the end"
-                     + (" (a shared machine: other processes competed for the CPUs)"
-                        if max(m["load_average"][:1] + (m.get("load_average_end") or [0])[:1]) > 0.5 * m["cpus_usable"]
-                        else "")])
+        rows.append(
+            [
+                "Load average (1/5/15 min)",
+                f"{' / '.join(map(str, m['load_average']))} at the start, "
+                f"{' / '.join(map(str, m.get('load_average_end') or []))} at the end"
+                + (
+                    " (a shared machine: other processes competed for the CPUs)"
+                    if max(m["load_average"][:1] + (m.get("load_average_end") or [0])[:1])
+                    > 0.5 * m["cpus_usable"]
+                    else ""
+                ),
+            ]
+        )
     if result.get("spread"):
-        rows.append(["Run-to-run spread", f"{result['spread']:.2f} (median over all figures of the slowest / fastest "
-                     "timed run; about 1.1 on a quiet machine)"])
-    rounds = f"median of {s['runs']} timed runs after {s['warmup']} warm-up run(s)"
+        rows.append(
+            [
+                "Run-to-run spread",
+                f"{result['spread']:.2f} (median over all figures of the slowest / fastest "
+                "timed run; about 1.1 on a quiet machine)",
+            ]
+        )
+    done = result.get("timed_runs") or [s["runs"]]
+    n_runs = str(done[0]) if len(set(done)) == 1 else f"{min(done)}-{max(done)}"
+    rounds = f"median of {n_runs} timed runs after {s['warmup']} warm-up run(s)"
     method = [
         f"Every figure is the {rounds}, all configurations measured in this one run "
-        + ("and interleaved round by round (so the noise of a shared machine falls on all alike)"
-           if result["device"] == "cpu" else "one configuration loaded at a time, device synchronised before every time stamp")
+        + (
+            "and interleaved round by round (so the noise of a shared machine falls on all alike)"
+            if result["device"] == "cpu"
+            else "one configuration loaded at a time, device synchronised before every time stamp"
+        )
         + ". voxserve's noise is seeded, so every round does the same work.",
         "RTF = compute seconds / audio seconds (lower is better); throughput = audio seconds per second "
         "(higher is better).",
-        "**× Piper** columns compare with the Piper reference (`piper-tts`'s `PiperVoice`, same voice file, same "
-        "phoneme ids) measured in the same run: for time, Piper's time / this time (above 1: faster than Piper); "
-        "for throughput, this / Piper; for memory, this peak / Piper's peak (below 1: smaller).",
+        "**× Piper** columns compare with the Piper reference (`piper-tts`'s `PiperVoice`, same voice file, "
+        "same phoneme ids) measured in the same run: for time, Piper's time / this time (above 1: faster "
+        "than Piper); for throughput, this / Piper; for memory, this peak / Piper's peak (below 1: smaller).",
         "Peak memory: "
-        + ("CPU rows: peak resident set (VmHWM) of a fresh child process that loads only that configuration and runs "
-           "only that workload (twice); RSS after loading is subtracted for the *synthesis* columns. One process "
-           "cannot attribute RSS per configuration: voxserve keeps freed heap for reuse, so RSS never comes back down. "
-           if s.get("memory") else "not measured (--no-memory). ")
-        + ("CUDA rows: `torch.cuda.max_memory_allocated()` after `reset_peak_memory_stats()` (weights + activations; "
-           "the CUDA context is not included)." if result["device"] == "cuda" else ""),
+        + (
+            "CPU rows: peak resident set (VmHWM) of a fresh child process that loads only that configuration "
+            "and runs only that workload (twice); RSS after loading is subtracted for the *synthesis* "
+            "columns. One process cannot attribute RSS per configuration: voxserve keeps freed heap for "
+            "reuse, so RSS never comes back down. "
+            if s.get("memory")
+            else "not measured (--no-memory). "
+        )
+        + (
+            "CUDA rows: `torch.cuda.max_memory_allocated()` after `reset_peak_memory_stats()` "
+            "(weights + activations; the CUDA context is not included)."
+            if result["device"] == "cuda"
+            else ""
+        ),
     ]
     out = [f"## voxserve benchmark: {dev}, {v.get('name')}", "", table(["Machine", ""], rows, "ll"), ""]
     out += ["- " + x for x in method]
@@ -144,10 +186,12 @@ def _batching(result: dict, sec: dict) -> str:
         why = arms.get(primary, {}).get("reason") if primary else "no voxserve arm"
         return "\n".join(out + [f"Not measured: {why}."])
     out.append(
-        f"`{arms[primary]['label']}`: n sentences (the first n of the corpus's short then medium texts) synthesised "
-        "with one `Voice.run_units` call per sentence (*sequential*) vs one call for all n (*batched*). Piper has no "
-        "batch API: it runs the same phoneme ids one `phoneme_ids_to_audio` call per sentence, as "
-        "`PiperVoice.synthesize` does. Front end excluded (phoneme ids are made before the clock starts).")
+        f"`{arms[primary]['label']}`: n sentences (the first n of the corpus's short then medium texts) "
+        "synthesised with one `Voice.run_units` call per sentence (*sequential*) vs one call for all n "
+        "(*batched*). Piper has no batch API: it runs the same phoneme ids one `phoneme_ids_to_audio` call "
+        "per sentence, as `PiperVoice.synthesize` does. Front end excluded (phoneme ids are made before the "
+        "clock starts)."
+    )
     out.append("")
     header = ["Sentences", "Phoneme ids", "Audio (s)", "Sequential (s)", "Batched (s)", "Speed-up"]
     for r in refs:
@@ -156,11 +200,20 @@ def _batching(result: dict, sec: dict) -> str:
     for row in sec["rows"]:
         if "batched" not in row:
             continue
-        cells = [row["sentences"], row["phoneme_ids"], fs(row["audio_s"]), fs(row["sequential"]["latency_s"]["median"]),
-                 fs(row["batched"]["latency_s"]["median"]), fx(row["speedup"])]
+        cells = [
+            row["sentences"],
+            row["phoneme_ids"],
+            fs(row["audio_s"]),
+            fs(row["sequential"]["latency_s"]["median"]),
+            fs(row["batched"]["latency_s"]["median"]),
+            fx(row["speedup"]),
+        ]
         for r in refs:
             e = row["vs"].get(r)
-            cells += [fs(e["sequential"]["latency_s"]["median"]) if e else "—", fx(e.get("batched_speedup")) if e else "—"]
+            cells += [
+                fs(e["sequential"]["latency_s"]["median"]) if e else "—",
+                fx(e.get("batched_speedup")) if e else "—",
+            ]
         rows.append(cells)
     out.append(table(header, rows))
     mem_names = [primary] + list(refs)
@@ -196,16 +249,24 @@ def _configs(result: dict, sec: dict) -> str:
     labels = _ref_labels(result, refs)
     arms = _arms(result)
     pool = result.get("pool", [])
-    out = [f"### 2. {sec['title']}", "",
-           "Each configuration runs the same sentences as one `run_units` batch (Piper: one call per sentence). "
-           "Batch 1 is the sentence of median length among the batch's sentences."]
+    out = [
+        f"### 2. {sec['title']}",
+        "",
+        "Each configuration runs the same sentences as one `run_units` batch (Piper: one call per sentence). "
+        "Batch 1 is the sentence of median length among the batch's sentences.",
+    ]
     names = list(dict.fromkeys(r["arm"] for r in sec["rows"]))
     mh, mixed = _mem_header(result, names)
     for b in sec["batches"]:
         wl = sec.get("workloads", {}).get(str(b), [])
         ids = sum(pool[i]["phoneme_ids"] for i in wl if i < len(pool)) if pool else None
-        out += ["", f"**Batch {b}** ({len(wl)} sentence{'s' if len(wl) != 1 else ''}"
-                + (f", {ids} phoneme ids" if ids else "") + "):", ""]
+        out += [
+            "",
+            f"**Batch {b}** ({len(wl)} sentence{'s' if len(wl) != 1 else ''}"
+            + (f", {ids} phoneme ids" if ids else "")
+            + "):",
+            "",
+        ]
         header = ["Configuration", "Latency (s)", "RTF", "Throughput (audio s/s)", "Sentences/s", mh]
         for r in refs:
             header += [f"× {labels[r]} speed", f"× {labels[r]} memory"]
@@ -218,8 +279,14 @@ def _configs(result: dict, sec: dict) -> str:
                 why = row.get("reason") or row["status"]
                 rows.append([f"{a['label']} — *{why}*"] + ["n/a"] * (len(header) - 1))
                 continue
-            cells = [a["label"] + (" (reference)" if row["arm"] in refs else ""), fs(row["latency_s"]["median"]),
-                     fs(row["rtf"]), fs(row["throughput"]), fs(row["sentences_per_s"]), fmb(row.get("memory"), mixed)]
+            cells = [
+                a["label"] + (" (reference)" if row["arm"] in refs else ""),
+                fs(row["latency_s"]["median"]),
+                fs(row["rtf"]),
+                fs(row["throughput"]),
+                fs(row["sentences_per_s"]),
+                fmb(row.get("memory"), mixed),
+            ]
             for r in refs:
                 e = row["vs"].get(r) or {}
                 cells += [fx(e.get("latency_speedup")), fx(e.get("memory_ratio"))]
@@ -232,10 +299,14 @@ def _stream(result: dict, sec: dict) -> str:
     refs = sec["references"]
     labels = _ref_labels(result, refs)
     arms = _arms(result)
-    out = [f"### 3. {sec['title']}", "",
-           "Text in, audio out, front end included: seconds until the first chunk and until the last, "
-           "`Voice.stream` (the first sentence runs alone, later ones in growing batches) vs "
-           "`PiperVoice.synthesize` (phonemises the whole text, then one chunk per sentence).", ""]
+    out = [
+        f"### 3. {sec['title']}",
+        "",
+        "Text in, audio out, front end included: seconds until the first chunk and until the last, "
+        "`Voice.stream` (the first sentence runs alone, later ones in growing batches) vs "
+        "`PiperVoice.synthesize` (phonemises the whole text, then one chunk per sentence).",
+        "",
+    ]
     header = ["Text", "Chars", "Configuration", "First audio (s)", "Total (s)", "Audio (s)", "RTF"]
     for r in refs:
         header += [f"First audio × {labels[r]}", f"Total × {labels[r]}"]
@@ -244,11 +315,20 @@ def _stream(result: dict, sec: dict) -> str:
         a = arms[row["arm"]]
         label = a["label"] + (" (reference)" if row["arm"] in refs else "")
         if row.get("status") != OK:
-            rows.append([f"{row['text_id']} ({row['category']})", row["chars"], f"{label} — *{row.get('reason')}*"]
-                        + ["n/a"] * (len(header) - 3))
+            rows.append(
+                [f"{row['text_id']} ({row['category']})", row["chars"], f"{label} — *{row.get('reason')}*"]
+                + ["n/a"] * (len(header) - 3)
+            )
             continue
-        cells = [f"{row['text_id']} ({row['category']})", row["chars"], label, fs(row["first_audio_s"]["median"]),
-                 fs(row["total_s"]["median"]), fs(row["audio_s"]), fs(row["rtf"])]
+        cells = [
+            f"{row['text_id']} ({row['category']})",
+            row["chars"],
+            label,
+            fs(row["first_audio_s"]["median"]),
+            fs(row["total_s"]["median"]),
+            fs(row["audio_s"]),
+            fs(row["rtf"]),
+        ]
         for r in refs:
             e = row["vs"].get(r) or {}
             cells += [fx(e.get("first_audio_speedup")), fx(e.get("total_speedup"))]
@@ -258,8 +338,12 @@ def _stream(result: dict, sec: dict) -> str:
     if summary:
         names = list(dict.fromkeys(a for c in summary.values() for a in c))
         out += ["", "Median time to first audio by category (s):", ""]
-        out.append(table(["Category"] + [arms[n]["label"] for n in names],
-                         [[c] + [fs(summary[c].get(n)) for n in names] for c in summary]))
+        out.append(
+            table(
+                ["Category"] + [arms[n]["label"] for n in names],
+                [[c] + [fs(summary[c].get(n)) for n in names] for c in summary],
+            )
+        )
     return "\n".join(out)
 
 
@@ -275,8 +359,10 @@ def render_markdown(result: dict, plots: Sequence[tuple[str, str]] = ()) -> str:
         parts.append(render(result, sec) if render else f"### {sec.get('title', name)}\n\n(no renderer)")
     not_run = [a for a in result["arms"] if a["status"] in (UNAVAILABLE, FAILED, SKIPPED)]
     if not_run:
-        parts.append("### Configurations not measured\n\n" + "\n".join(
-            f"- `{a['name']}` ({a['label']}): **{a['status']}** — {a['reason']}" for a in not_run))
+        parts.append(
+            "### Configurations not measured\n\n"
+            + "\n".join(f"- `{a['name']}` ({a['label']}): **{a['status']}** — {a['reason']}" for a in not_run)
+        )
     if plots:
         parts.append("### Plots\n\n" + "\n\n".join(f"![{t}]({p})" for t, p in plots))
     tail = [f"Measured in {result.get('elapsed_s', 0) / 60:.1f} min."]
@@ -302,7 +388,7 @@ def write_markdown_section(path: str | Path, report: str, section: str) -> None:
         text = path.read_text(encoding="utf-8")
         i, j = text.find(begin), text.find(end)
         if i >= 0 and j > i:
-            text = text[:i] + block + text[j + len(end):]
+            text = text[:i] + block + text[j + len(end) :]
         else:
             text = text.rstrip() + "\n\n" + block + "\n"
     else:
@@ -360,8 +446,17 @@ def validate_result(result: Any) -> dict:
         raise SchemaError("result: not an object")
     if result.get("schema") != "voxserve.bench/1":
         p.append(f"schema: expected 'voxserve.bench/1', got {result.get('schema')!r}")
-    for key, t in (("created", str), ("device", str), ("settings", dict), ("machine", dict), ("voice", dict),
-                   ("arms", list), ("references", list), ("suites", dict), ("notes", list)):
+    for key, t in (
+        ("created", str),
+        ("device", str),
+        ("settings", dict),
+        ("machine", dict),
+        ("voice", dict),
+        ("arms", list),
+        ("references", list),
+        ("suites", dict),
+        ("notes", list),
+    ):
         _need(result, key, t, "result", p)
     arms = {}
     for i, a in enumerate(result.get("arms") or []):

@@ -121,8 +121,10 @@ class BatchingSuite(Suite):
                 out.append(Task(self.name, f"{self.name}/{n}/batched", "batch", idx, memory=True))
             return out
         if spec.reference:
-            return [Task(self.name, f"{self.name}/{n}/sequential", "sequential", tuple(range(n)), memory=True)
-                    for n in sizes]
+            return [
+                Task(self.name, f"{self.name}/{n}/sequential", "sequential", tuple(range(n)), memory=True)
+                for n in sizes
+            ]
         return []
 
     def build(self, ctx, res, refs):
@@ -134,12 +136,18 @@ class BatchingSuite(Suite):
             row: dict[str, Any] = {"sentences": n, "phoneme_ids": sum(len(ctx.pool[i].ids) for i in range(n))}
             if seq and bat:
                 ts, tb = timing(seq), timing(bat)
-                row.update({
-                    "audio_s": tb["audio_s"], "sequential": ts, "batched": tb,
-                    "speedup": ratio(ts["latency_s"]["median"], tb["latency_s"]["median"]),
-                    "memory": {"sequential": res.mem(primary, f"{self.name}/{n}/sequential"),
-                               "batched": res.mem(primary, f"{self.name}/{n}/batched")},
-                })
+                row.update(
+                    {
+                        "audio_s": tb["audio_s"],
+                        "sequential": ts,
+                        "batched": tb,
+                        "speedup": ratio(ts["latency_s"]["median"], tb["latency_s"]["median"]),
+                        "memory": {
+                            "sequential": res.mem(primary, f"{self.name}/{n}/sequential"),
+                            "batched": res.mem(primary, f"{self.name}/{n}/batched"),
+                        },
+                    }
+                )
             row["vs"] = {}
             for ref in refs:
                 rs = res.get(ref, f"{self.name}/{n}/sequential")
@@ -149,12 +157,18 @@ class BatchingSuite(Suite):
                 rmem = res.mem(ref, f"{self.name}/{n}/sequential")
                 entry = {"sequential": tr, "memory": rmem}
                 if seq and bat:
-                    entry.update({
-                        "batched_speedup": ratio(tr["latency_s"]["median"], row["batched"]["latency_s"]["median"]),
-                        "sequential_speedup": ratio(tr["latency_s"]["median"], row["sequential"]["latency_s"]["median"]),
-                        "batched_throughput_ratio": ratio(row["batched"]["throughput"], tr["throughput"]),
-                        "batched_memory_ratio": mem_ratio(row["memory"]["batched"], rmem),
-                    })
+                    entry.update(
+                        {
+                            "batched_speedup": ratio(
+                                tr["latency_s"]["median"], row["batched"]["latency_s"]["median"]
+                            ),
+                            "sequential_speedup": ratio(
+                                tr["latency_s"]["median"], row["sequential"]["latency_s"]["median"]
+                            ),
+                            "batched_throughput_ratio": ratio(row["batched"]["throughput"], tr["throughput"]),
+                            "batched_memory_ratio": mem_ratio(row["memory"]["batched"], rmem),
+                        }
+                    )
                 row["vs"][ref] = entry
             rows.append(row)
         return {"title": self.title, "arm": primary, "references": refs, "rows": rows}
@@ -179,8 +193,10 @@ class ConfigsSuite(Suite):
         return tuple(range(batch))
 
     def tasks(self, ctx, spec):
-        return [Task(self.name, f"{self.name}/{b}", "batch", self.workload(ctx, b), memory=True)
-                for b in ctx.settings.batches]
+        return [
+            Task(self.name, f"{self.name}/{b}", "batch", self.workload(ctx, b), memory=True)
+            for b in ctx.settings.batches
+        ]
 
     def build(self, ctx, res, refs):
         rows = []
@@ -213,8 +229,13 @@ class ConfigsSuite(Suite):
                         "memory_ratio": mem_ratio(m, res.mem(ref, key)),
                     }
                 rows.append(row)
-        return {"title": self.title, "batches": list(ctx.settings.batches), "references": refs, "rows": rows,
-                "workloads": {str(b): list(self.workload(ctx, b)) for b in ctx.settings.batches}}
+        return {
+            "title": self.title,
+            "batches": list(ctx.settings.batches),
+            "references": refs,
+            "rows": rows,
+            "workloads": {str(b): list(self.workload(ctx, b)) for b in ctx.settings.batches},
+        }
 
 
 @register_suite
@@ -228,8 +249,10 @@ class StreamSuite(Suite):
     def tasks(self, ctx, spec):
         if not spec.stream:
             return []
-        return [Task(self.name, f"{self.name}/{ctx.corpus[i]['id']}", "stream", text_index=i)
-                for i in ctx.stream_indices]
+        return [
+            Task(self.name, f"{self.name}/{ctx.corpus[i]['id']}", "stream", text_index=i)
+            for i in ctx.stream_indices
+        ]
 
     def build(self, ctx, res, refs):
         rows = []
@@ -239,29 +262,47 @@ class StreamSuite(Suite):
             key = f"{self.name}/{item['id']}"
             for spec in streamers:
                 samples = res.get(spec.name, key)
-                row: dict[str, Any] = {"text_id": item["id"], "category": item["category"],
-                                       "chars": len(item["text"]), "arm": spec.name}
+                row: dict[str, Any] = {
+                    "text_id": item["id"],
+                    "category": item["category"],
+                    "chars": len(item["text"]),
+                    "arm": spec.name,
+                }
                 if not samples:
                     row["status"], row["reason"] = res.status.get(spec.name, ("skipped", "not run"))
                     rows.append(row)
                     continue
                 t = timing(samples)
                 first = stat([s.first_s for s in samples])
-                row.update({"status": OK, "first_audio_s": first, "total_s": t["latency_s"],
-                            "audio_s": t["audio_s"], "rtf": t["rtf"], "vs": {}})
+                row.update(
+                    {
+                        "status": OK,
+                        "first_audio_s": first,
+                        "total_s": t["latency_s"],
+                        "audio_s": t["audio_s"],
+                        "rtf": t["rtf"],
+                        "vs": {},
+                    }
+                )
                 for ref in refs:
                     rsamp = res.get(ref, key)
                     if not rsamp:
                         continue
                     row["vs"][ref] = {
-                        "first_audio_speedup": ratio(statistics.median(s.first_s for s in rsamp), first["median"]),
-                        "total_speedup": ratio(statistics.median(s.seconds for s in rsamp), t["latency_s"]["median"]),
+                        "first_audio_speedup": ratio(
+                            statistics.median(s.first_s for s in rsamp), first["median"]
+                        ),
+                        "total_speedup": ratio(
+                            statistics.median(s.seconds for s in rsamp), t["latency_s"]["median"]
+                        ),
                     }
                 rows.append(row)
         by_cat: dict[str, dict[str, float]] = {}
         for r in rows:
             if r.get("status") == OK:
-                by_cat.setdefault(r["category"], {}).setdefault(r["arm"], []).append(r["first_audio_s"]["median"])
+                by_cat.setdefault(r["category"], {}).setdefault(r["arm"], []).append(
+                    r["first_audio_s"]["median"]
+                )
         summary = {c: {a: statistics.median(v) for a, v in arms.items()} for c, arms in by_cat.items()}
         return {"title": self.title, "references": refs, "rows": rows, "first_audio_by_category": summary}
 
