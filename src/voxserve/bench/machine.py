@@ -69,6 +69,16 @@ def load_average() -> list[float] | None:
         return None
 
 
+def _source_version() -> str | None:
+    """voxserve's version when it runs from a source tree that was not installed."""
+    try:
+        from .. import __version__
+
+        return f"{__version__} (source)"
+    except ImportError:  # pragma: no cover
+        return None
+
+
 def machine_info() -> dict:
     import torch
 
@@ -90,7 +100,7 @@ def machine_info() -> dict:
         "onnxruntime_gpu": _version("onnxruntime-gpu"),
         "piper_tts": _version("piper-tts"),
         "numpy": _version("numpy"),
-        "voxserve": _version("voxserve"),
+        "voxserve": _version("voxserve") or _source_version(),
         "git_commit": git_commit(),
         "gpu": None,
         "load_average": load_average(),
