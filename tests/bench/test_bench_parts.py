@@ -181,3 +181,58 @@ def test_time_budget_interrupts_a_hanging_configuration(fake_engine, tiny_voice_
     assert st["fake-late"][0] == "skipped"
     assert any("ran out" in n for n in result["notes"])
     assert "**skipped**" in render_markdown(result)
+
+
+def test_a_new_suite_plugs_in_with_its_own_engine_tables_and_plots(fake_engine, tiny_voice_path, tmp_path):
+    """The extension point another model family (Bark) uses: engine + suite + renderer + plot."""
+    from voxserve.bench import write_plots
+    from voxserve.bench.measure import Task
+    from voxserve.bench.suites import SUITES, Suite, register_suite, timing
+
+    @register_suite
+    class ExtraSuite(Suite):
+        name, title = "extra", "An extra family"
+
+        def pool_size(self, settings):
+            return 2
+
+        def extra_arms(self, ctx):
+            return [ArmSpec("extra-fake", "extra family, fake", engine="fake")]
+
+        def tasks(self, ctx, spec):
+            return [Task(self.name, "extra/2", "batch", (0, 1))] if spec.name == "extra-fake" else []
+
+        def build(self, ctx, res, refs):
+            return {
+                "title": self.title,
+                "rows": [{"arm": "extra-fake", **timing(res.get("extra-fake", "extra/2"))}],
+            }
+
+        def markdown(self, result, section):
+            return f"### {section['title']}\n\nlatency {section['rows'][0]['latency_s']['median']:.3f} s"
+
+        def plot(self, result, section, out, plt):
+            fig, ax = plt.subplots()
+            ax.plot([1, 2], [1, 2])
+            fig.savefig(out / "extra.png")
+            plt.close(fig)
+            return [out / "extra.png"]
+
+    try:
+        settings = BenchSettings(
+            voice=str(tiny_voice_path),
+            device="cpu",
+            runs=5,
+            sizes=(1,),
+            batches=(1,),
+            suites=("configs", "extra"),
+            memory=False,
+        )
+        arms = [ArmSpec("fake-ref", "fake reference", engine="fake", reference=True)]
+        result = validate_result(run_bench(settings, progress=False, arms=arms))
+        assert [a["name"] for a in result["arms"]] == ["fake-ref", "extra-fake"]
+        assert result["suites"]["extra"]["rows"][0]["latency_s"]["n"] == 5
+        assert "### An extra family" in render_markdown(result)
+        assert "extra.png" in {p.name for p in write_plots(result, tmp_path)}
+    finally:
+        SUITES.pop("extra")

@@ -29,6 +29,15 @@ from .core import QUICK, BenchSettings, plan, quick_settings, run_bench
 from .report import SchemaError, render_markdown, validate_result, write_markdown_section
 from .suites import SUITES, Suite, register_suite
 
+OPTIONAL_SUITES = ("voxserve.bench.bark",)
+"""Modules that register more suites / engines when they exist (another model family's)."""
+for _mod in OPTIONAL_SUITES:
+    try:
+        __import__(_mod)
+    except ModuleNotFoundError as _e:
+        if _e.name != _mod:
+            raise
+
 __all__ = [
     "CPU_ARMS",
     "CUDA_ARMS",

@@ -152,7 +152,7 @@ def _context(
     suites = [SUITES[n]() for n in settings.suites]
     specs = list(arms) if arms is not None else arms_for(device, settings.quick, settings.configs or None)
     front = load_voice(settings.voice, device="cpu")  # the front end of the pool (CPU, fp32)
-    n = max(max(settings.sizes), max(settings.batches))
+    n = max([1] + [s.pool_size(settings) for s in suites])
     pool = build_pool(
         front, [d["text"] for d in corpus], pool_texts(corpus), n, SynthesisOptions(seed=settings.seed)
     )
@@ -265,6 +265,12 @@ def run_bench(
     device = resolve_device(settings.device)
     ctx, suites = _context(settings, device, arms)
     tasks = {spec.name: _tasks(suites, ctx, spec) for spec in ctx.specs}
+    for t in (t for ts in tasks.values() for t in ts):
+        if any(not 0 <= i < len(ctx.pool) for i in t.sentences):
+            raise ValueError(
+                f"suite {t.suite!r}: task {t.key} uses pool sentences {t.sentences}, the pool has "
+                f"{len(ctx.pool)} (its pool_size() is too small)"
+            )
     ctx.specs = [s for s in ctx.specs if tasks[s.name]]
     res = Results()
     runnable = []

@@ -181,4 +181,10 @@ def write_plots(result: dict, out: str | Path) -> list[Path]:
     paths: list[Path] = []
     for f in PLOTTERS:
         paths += f(result, out, plt)
+    from .suites import SUITES
+
+    for name, sec in result["suites"].items():  # suites that draw their own
+        plot = getattr(SUITES.get(name), "plot", None)
+        if plot is not None:
+            paths += plot(SUITES[name](), result, sec, out, plt)
     return paths

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .arms import FAILED, OK, SKIPPED, UNAVAILABLE
+from .suites import SUITES
 
 STATUSES = (OK, UNAVAILABLE, FAILED, SKIPPED)
 
@@ -355,8 +356,13 @@ def render_markdown(result: dict, plots: Sequence[tuple[str, str]] = ()) -> str:
     """The whole report. `plots`: (title, link) pairs to embed."""
     parts = [_header(result)]
     for name, sec in result["suites"].items():
-        render = RENDERERS.get(name)
-        parts.append(render(result, sec) if render else f"### {sec.get('title', name)}\n\n(no renderer)")
+        render = RENDERERS.get(name) or getattr(SUITES.get(name), "markdown", None)
+        if render is None:
+            parts.append(f"### {sec.get('title', name)}\n\n(no renderer for this suite; see the JSON)")
+        elif name in RENDERERS:
+            parts.append(render(result, sec))
+        else:
+            parts.append(render(SUITES[name](), result, sec))
     not_run = [a for a in result["arms"] if a["status"] in (UNAVAILABLE, FAILED, SKIPPED)]
     if not_run:
         parts.append(

@@ -1,9 +1,31 @@
-"""The benchmark's suites. Each suite says which tasks each arm runs, turns the samples into a
-JSON section, and renders that section as Markdown and plots.
+"""The benchmark's suites. Each suite says which tasks each arm runs and turns the samples
+into a JSON section; report.py and plots.py render the built-in sections.
 
-Extension point: a new suite (e.g. Bark's) subclasses `Suite`, may bring its own arms
-(`extra_arms`, with an engine registered in arms.ENGINES), and is added with
-`register_suite`; `voxserve bench --suites NAME` then runs it with the others.
+Extension point (e.g. a Bark suite, in a module `voxserve/bench/bark.py`, which
+`voxserve.bench` imports when it exists):
+
+    class BarkArm(arms.Arm):            # open / prepare / run_batch / run_sequential / stream
+        ...
+    arms.register_engine("bark", BarkArm)
+
+    @register_suite
+    class BarkSuite(Suite):
+        name, title = "bark", "Bark: precision, offload, batching"
+        def pool_size(self, settings):  # pool sentences its tasks index (0: none)
+            return 4
+        def extra_arms(self, ctx):      # its own configurations (engine "bark"), e.g. fp16 + offload
+            return [ArmSpec("bark-fp16", "Bark fp16", engine="bark", device=ctx.device, dtype="fp16"), ...]
+        def tasks(self, ctx, spec):     # each arm's workloads (Task kinds: batch, sequential, stream)
+            return [Task(self.name, "bark/1", "batch", (0,), memory=True)] if spec.engine == "bark" else []
+        def build(self, ctx, res, refs):    # samples -> a JSON section (timing(), ratio(), res.mem())
+            ...
+        def markdown(self, result, section):    # optional: its table(s)
+            ...
+        def plot(self, result, section, out, plt):  # optional: its PNGs, a list of paths
+            ...
+
+`voxserve bench --suites batching,configs,stream,bark` then measures it in the same run, with
+the same clocks, memory probes, time budget and JSON checks.
 """
 
 from __future__ import annotations
@@ -89,11 +111,19 @@ class Suite:
         """Arms this suite adds to the run (other model families)."""
         return []
 
+    def pool_size(self, settings) -> int:
+        """How many pool sentences this suite's tasks index."""
+        return 0
+
     def tasks(self, ctx: Context, spec: ArmSpec) -> list[Task]:
         raise NotImplementedError
 
     def build(self, ctx: Context, res: Results, refs: list[str]) -> dict:
         raise NotImplementedError
+
+    # optional, for suites report.py / plots.py do not know:
+    # def markdown(self, result: dict, section: dict) -> str
+    # def plot(self, result: dict, section: dict, out: Path, plt) -> list[Path]
 
 
 SUITES: dict[str, type[Suite]] = {}
@@ -110,6 +140,9 @@ class BatchingSuite(Suite):
 
     name = "batching"
     title = "Sequential vs batched synthesis"
+
+    def pool_size(self, settings) -> int:
+        return max(settings.sizes)
 
     def tasks(self, ctx, spec):
         sizes = ctx.settings.sizes
@@ -186,6 +219,9 @@ class ConfigsSuite(Suite):
 
     name = "configs"
     title = "Configurations side by side"
+
+    def pool_size(self, settings) -> int:
+        return max(settings.batches)
 
     def workload(self, ctx, batch: int) -> tuple[int, ...]:
         if batch == 1:
