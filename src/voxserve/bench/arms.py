@@ -228,7 +228,10 @@ def build_pool(voice, texts: Sequence[str], order: Sequence[int], n: int, option
             if len(out) >= n:
                 return out
     if len(out) < n:
-        raise ValueError(f"the corpus gives only {len(out)} sentences; {n} are needed")
+        raise ValueError(
+            f"the corpus gives only {len(out)} sentences; {n} are needed "
+            "(give a longer corpus, or smaller --sizes / --batches)"
+        )
     return out
 
 
