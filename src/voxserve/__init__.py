@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+# The caching allocator with expandable segments suits VITS's changing batch shapes (less
+# fragmentation); only a default, and only read when CUDA first allocates.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
 from .audio import Audio, AudioChunk
 from .errors import (
     EmptyTextError,
@@ -38,12 +42,21 @@ def load_voice(
     runtime: RuntimeOptions | None = None,
     max_phonemes: int | None = None,
 ) -> Voice:
-    """Load a voice by registry name (default: en_US-joe-medium) or by path.
+    """Load a voice by registry name (default: en_US-joe-medium) or by path
+    ("bark:DIR" for a local Bark checkpoint directory).
 
     device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
     dtype: None/"fp32"; "fp16" / "bf16" on CUDA.
+    runtime: RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a
+    RuntimeOptions of which only `offload` and `threads` apply (the rest is VITS-specific).
     """
     src = resolve_voice(name_or_path)
+    if src.family == "bark":
+        from .voices.bark import BarkRuntimeOptions, load_bark_voice
+
+        if isinstance(runtime, RuntimeOptions):
+            runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
+        return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
     if src.family == "piper":
         from .voices.piper import load_piper_voice

@@ -115,3 +115,260 @@ def write_stream(out: BinaryIO, sample_rate: int, fmt: str, chunks) -> None:
     with sf.SoundFile(out, mode="w", samplerate=rate, channels=1, format=container, subtype=subtype) as f:
         for c in chunks:
             f.write(np.asarray(c, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Resampling and streaming encoders (used by the HTTP server; additive helpers)
+# ---------------------------------------------------------------------------------------------
+
+
+class StreamingResampler:
+    """Band-limited rational resampler (Kaiser-windowed sinc, polyphase), usable chunk by chunk.
+
+    Feeding a signal in any chunking gives the same samples as feeding it whole (the state is
+    the last few input samples and the output position), so a server can resample sentence by
+    sentence. The output is aligned with the input (no group delay) and after `flush()` has
+    exactly round(n_in * out_rate / in_rate) samples.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int, half_width: int = 16, rolloff: float = 0.94,
+                 beta: float = 8.6):
+        import math
+
+        if in_rate <= 0 or out_rate <= 0:
+            raise ValueError("sample rates must be positive")
+        g = math.gcd(in_rate, out_rate)
+        self.in_rate, self.out_rate = in_rate, out_rate
+        self.up, self.down = out_rate // g, in_rate // g  # output n sits at input time n*down/up
+        # cutoff as a fraction of the input Nyquist: below the lower of the two Nyquists
+        cutoff = rolloff * min(1.0, out_rate / in_rate)
+        H = int(math.ceil(half_width / min(1.0, out_rate / in_rate)))  # taps each side, input samples
+        self.H = H
+        # h_poly[p, j]: weight of x[i0 + j - H + 1] for an output at phase p/up past input i0
+        j = np.arange(2 * H) - H + 1  # -H+1 .. H
+        t = np.arange(self.up)[:, None] / self.up - j[None, :]  # time from each tap, in input samples
+        win = np.i0(beta * np.sqrt(np.clip(1 - (t / (H + 1)) ** 2, 0, None))) / np.i0(beta)
+        self.h = (cutoff * np.sinc(cutoff * t) * win).astype(np.float64)
+        self._buf = np.zeros(H - 1, dtype=np.float64)  # zeros before the signal start
+        self._buf_start = -(H - 1)  # absolute input index of _buf[0]
+        self._n_in = 0
+        self._n_out = 0  # next output index
+
+    def _produce(self, n_stop: int) -> np.ndarray:
+        count = n_stop - self._n_out
+        if count <= 0:
+            return np.zeros(0, dtype=np.float32)
+        y = np.empty(count, dtype=np.float64)
+        windows = np.lib.stride_tricks.sliding_window_view(self._buf, 2 * self.H)
+        # outputs n = n0 + k with the same n mod up share a phase and step `down` inputs apart:
+        # one strided matrix-vector product per residue instead of a gather per output
+        for r in range(min(self.up, count)):
+            n_first = self._n_out + r
+            i0 = (n_first * self.down) // self.up
+            p = (n_first * self.down) % self.up
+            start = i0 - self.H + 1 - self._buf_start
+            m = (count - r + self.up - 1) // self.up
+            y[r::self.up] = windows[start : start + (m - 1) * self.down + 1 : self.down] @ self.h[p]
+        self._n_out = n_stop
+        keep_from = ((n_stop * self.down) // self.up) - self.H + 1  # oldest sample still needed
+        drop = max(0, keep_from - self._buf_start)
+        self._buf = self._buf[drop:]
+        self._buf_start += drop
+        return y.astype(np.float32)
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        """Feed samples; returns every output sample that they complete."""
+        x = np.asarray(samples, dtype=np.float64).reshape(-1)
+        self._buf = np.concatenate([self._buf, x])
+        self._n_in += len(x)
+        # output n needs input up to i0(n) + H, which must be < n_in
+        avail = self._n_in - self.H  # largest usable i0 is avail - 1
+        n_stop = max(self._n_out, -(-avail * self.up // self.down)) if avail > 0 else self._n_out
+        return self._produce(n_stop)
+
+    def flush(self) -> np.ndarray:
+        """The remaining output (the signal is taken to be zero after its end)."""
+        total = int(round(self._n_in * self.up / self.down))
+        self._buf = np.concatenate([self._buf, np.zeros(self.H + 1)])
+        return self._produce(max(total, self._n_out))
+
+
+def resample(samples: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    """Whole-signal resampling (see StreamingResampler)."""
+    if in_rate == out_rate:
+        return np.asarray(samples, dtype=np.float32).reshape(-1)
+    r = StreamingResampler(in_rate, out_rate)
+    return np.concatenate([r.process(samples), r.flush()])
+
+
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+STREAM_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+
+
+def streaming_wav_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
+    """A WAV header for a stream of unknown length (sizes set to the maximum, as ffmpeg does)."""
+    import struct
+
+    block = channels * bits // 8
+    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, bits)
+            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+
+
+class StreamEncoder:
+    """float32 chunks in, encoded bytes out as soon as the codec has them.
+
+    `write(samples) -> bytes` and `close() -> bytes`; `sample_rate` is the rate of the encoded
+    audio (opus resamples to 48 kHz). Not thread safe: one encoder per response.
+    """
+
+    media_type: str = "application/octet-stream"
+
+    def __init__(self, sample_rate: int):
+        self.in_rate = sample_rate
+        self.sample_rate = sample_rate
+
+    def write(self, samples: np.ndarray) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> bytes:
+        return b""
+
+
+class _PcmEncoder(StreamEncoder):
+    media_type = MEDIA_TYPES["pcm"]
+
+    def write(self, samples: np.ndarray) -> bytes:
+        return float_to_int16(np.asarray(samples, dtype=np.float32)).tobytes()
+
+
+class _WavEncoder(_PcmEncoder):
+    media_type = MEDIA_TYPES["wav"]
+
+    def __init__(self, sample_rate: int):
+        super().__init__(sample_rate)
+        self._header: bytes | None = streaming_wav_header(sample_rate)
+
+    def write(self, samples: np.ndarray) -> bytes:
+        head, self._header = self._header or b"", None
+        return head + super().write(samples)
+
+    def close(self) -> bytes:
+        head, self._header = self._header or b"", None
+        return head
+
+
+class _SndfileEncoder(StreamEncoder):
+    """libsndfile writing into a pipe: libsndfile sees a pipe, so it writes the stream form of
+    each container (no MP3 Xing/LAME tag and no FLAC STREAMINFO totals to patch at the end,
+    which a stream cannot do), and we read what it wrote after every slice."""
+
+    _SLICE = 4096  # samples per libsndfile write: keeps each write's bytes far below the pipe size
+
+    def __init__(self, sample_rate: int, fmt: str):
+        import fcntl
+        import os
+
+        import soundfile as sf
+
+        super().__init__(sample_rate)
+        self.media_type = MEDIA_TYPES[fmt]
+        self._resampler = None
+        if fmt == "opus" and sample_rate not in OPUS_RATES:
+            self.sample_rate = 48000
+            self._resampler = StreamingResampler(sample_rate, 48000)
+        container, subtype = _SF_FORMAT[fmt]
+        # CBR (libsndfile applies the mode only together with a level; 0.5 = 80 kbit/s at 22 kHz):
+        # with no Xing header, readers estimate a stream's length from the first frame's bitrate
+        extra = {"bitrate_mode": "CONSTANT", "compression_level": 0.5} if fmt == "mp3" else {}
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._rfd, False)
+        try:
+            fcntl.fcntl(self._wfd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        except OSError:  # keep the default 64 KiB; slices stay far below it
+            pass
+        try:
+            self._f = sf.SoundFile(self._wfd, mode="w", samplerate=self.sample_rate, channels=1,
+                                   format=container, subtype=subtype, closefd=False, **extra)
+        except Exception:
+            os.close(self._rfd)
+            os.close(self._wfd)
+            raise
+        self._closed = False
+
+    def _drain(self) -> bytes:
+        import os
+
+        out = bytearray()
+        while True:
+            try:
+                b = os.read(self._rfd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not b:
+                break
+            out += b
+        return bytes(out)
+
+    def write(self, samples: np.ndarray) -> bytes:
+        x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if self._resampler is not None:
+            x = self._resampler.process(x)
+        out = bytearray()
+        for k in range(0, len(x), self._SLICE):
+            self._f.write(x[k : k + self._SLICE])
+            out += self._drain()
+        return bytes(out)
+
+    def close(self) -> bytes:
+        import os
+
+        if self._closed:
+            return b""
+        self._closed = True
+        out = bytearray()
+        try:
+            if self._resampler is not None:
+                tail = self._resampler.flush()
+                for k in range(0, len(tail), self._SLICE):
+                    self._f.write(tail[k : k + self._SLICE])
+                    out += self._drain()
+            self._f.close()
+            out += self._drain()
+        finally:
+            os.close(self._wfd)
+            out += self._drain()
+            os.close(self._rfd)
+        return bytes(out)
+
+    def __del__(self):  # an abandoned response must not leak two file descriptors
+        if not getattr(self, "_closed", True):
+            import os
+
+            self._closed = True
+            for fd in (self._wfd, self._rfd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def available_stream_formats() -> tuple[str, ...]:
+    """Formats `open_stream_encoder` can produce here (aac needs an encoder libsndfile lacks)."""
+    return tuple(f for f in STREAM_FORMATS if f != "aac")
+
+
+def open_stream_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
+    """A streaming encoder for one response: mp3, opus (Ogg, resampled to 48 kHz unless the
+    voice rate is an Opus rate), flac, wav (header with unknown length), pcm (s16le)."""
+    fmt = fmt.lower()
+    if fmt == "pcm":
+        return _PcmEncoder(sample_rate)
+    if fmt == "wav":
+        return _WavEncoder(sample_rate)
+    if fmt in ("mp3", "opus", "flac"):
+        return _SndfileEncoder(sample_rate, fmt)
+    if fmt == "aac":
+        raise ValueError("response_format 'aac' is not available: no AAC encoder is installed "
+                         f"(available: {', '.join(available_stream_formats())})")
+    raise ValueError(f"unsupported audio format {fmt!r}; supported: {', '.join(available_stream_formats())}")

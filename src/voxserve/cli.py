@@ -29,6 +29,7 @@ def _options_args(p: argparse.ArgumentParser) -> None:
         "noise_w": "duration noise",
         "sentence_silence": "seconds of silence after each sentence",
         "seed": "noise seed for reproducible output",
+        "temperature": "sampling temperature of token-generating voices (Bark); 0 = greedy",
     }
     types = {"speaker": str, "seed": int}
     for f in fields(SynthesisOptions):
@@ -136,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("text", nargs="?", help="text to say (or -f FILE, or stdin)")
     say.add_argument("-f", "--file", help="read the text from FILE ('-' = stdin)")
     say.add_argument("-o", "--output", default="out.wav", help="output file, '-' for stdout (default out.wav)")
-    say.add_argument("--voice", default=None, help="voice name or path to a Piper .onnx (default en_US-joe-medium)")
+    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, or bark:DIR for a local Bark checkpoint (default en_US-joe-medium)")
     say.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "pcm"], help="default: from -o's extension")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     say.add_argument("--dtype", default=None, help="fp32 (default), fp16 or bf16 (CUDA)")

@@ -45,6 +45,16 @@ def sentence_seed(seed: int | None, index: int) -> int:
     return (seed * 1_000_003 + index) & ((1 << 63) - 1)
 
 
+class PendingResult:
+    """An already computed batch (the synchronous form of submit_units)."""
+
+    def __init__(self, audios: list[np.ndarray]):
+        self._audios = audios
+
+    def result(self) -> list[np.ndarray]:
+        return self._audios
+
+
 class Voice(ABC):
     """A loaded voice on one device."""
 
@@ -67,6 +77,11 @@ class Voice(ABC):
     @abstractmethod
     def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
         """Run one batch through the model. float32 audio per unit, trimmed."""
+
+    def submit_units(self, units: Sequence[Unit]) -> "PendingResult":
+        """Start a batch; `.result()` gives what run_units would. Back ends that can overlap
+        the copy-out of one batch with the compute of the next override this."""
+        return PendingResult(self.run_units(units))
 
     def silence_after(self, options: SynthesisOptions | None) -> float:
         return float(options.sentence_silence or 0.0) if options else 0.0
@@ -198,6 +213,10 @@ class VitsVoice(Voice):
 
     def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
         return self.runner.run([u.payload for u in units])
+
+    def submit_units(self, units: Sequence[Unit]):
+        """Device work now, audio copy-out in flight (CUDA: on a side stream)."""
+        return self.runner.submit([u.payload for u in units])
 
     def synthesize_ids(self, ids: Sequence[Sequence[int]], options: SynthesisOptions | None = None) -> list[np.ndarray]:
         """Phoneme ids -> audio, skipping the text front end (for parity tests and tools)."""

@@ -32,6 +32,16 @@ def test_transformed_voice_matches_plain(tiny_voice_path):
         assert len(x) == len(y) and np.abs(x - y).max() <= 1e-4
 
 
+def test_fold_average_matches(tiny_voice_path):
+    folded = voxserve.load_voice(str(tiny_voice_path), device="cpu")
+    plain = voxserve.load_voice(str(tiny_voice_path), device="cpu",
+                                runtime=voxserve.RuntimeOptions(fold_average=False, cpu_channels_last=False))
+    assert folded.runner.model.dec.average_folded and not plain.runner.model.dec.average_folded
+    ids = [[1, 0] + list(range(3, 40)) + [2]]
+    o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
+    assert np.abs(folded.synthesize_ids(ids, o)[0] - plain.synthesize_ids(ids, o)[0]).max() <= 1e-4
+
+
 def test_convert_counts_modules():
     m = torch.nn.Sequential(torch.nn.Conv1d(2, 2, 3), torch.nn.Sequential(torch.nn.ConvTranspose1d(2, 2, 4, 2)))
     m2 = copy.deepcopy(m)

@@ -142,8 +142,18 @@ class LayerNorm(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.layer_norm(x.transpose(1, -1), self.gamma.shape, self.gamma, self.beta, self.eps)
-        return x.transpose(1, -1)
+        # statistics in fp32 whatever the storage dtype (fp16 LayerNorm overflows/NaNs)
+        y = F.layer_norm(x.transpose(1, -1).float(), self.gamma.shape, self.gamma.float(), self.beta.float(), self.eps)
+        return y.to(x.dtype).transpose(1, -1)
+
+
+def _softmax32(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax in fp32, result in the scores' dtype (fp16 softmax loses small weights)."""
+    return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+
+
+def dtype_of(module: nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype
 
 
 # --------------------------------------------------------------------------- text encoder
@@ -194,8 +204,7 @@ class RelativeMultiHeadAttention(nn.Module):
         for r in offsets:  # diagonal r holds the pairs (i, i + r)
             rows = slice(max(0, -r), t - max(0, r))
             scores.diagonal(offset=r, dim1=-2, dim2=-1).add_(rel_logits[:, :, rows, r + w])
-        scores = scores.masked_fill(attn_mask == 0, -1e4)
-        p = torch.softmax(scores, dim=-1)
+        p = _softmax32(scores.masked_fill(attn_mask == 0, -1e4))
         out = torch.matmul(p, v)
         band = p.new_zeros(b, h, t, 2 * w + 1)  # band[..., i, r + w] = p[..., i, i + r]
         for r in offsets:
@@ -218,8 +227,7 @@ class RelativeMultiHeadAttention(nn.Module):
         # relative -> absolute: [B, H, T, 2T-1] -> [B, H, T, T]
         rel = F.pad(rel, (0, 1)).view(b, h, 2 * t * t)
         rel = F.pad(rel, (0, t - 1)).view(b, h, t + 1, 2 * t - 1)[:, :, :t, t - 1 :]
-        scores = (scores + rel).masked_fill(attn_mask == 0, -1e4)
-        p = torch.softmax(scores, dim=-1)
+        p = _softmax32((scores + rel).masked_fill(attn_mask == 0, -1e4))
         out = torch.matmul(p, v)
         # absolute -> relative: [B, H, T, T] -> [B, H, T, 2T-1]
         pr = F.pad(p, (0, t - 1)).view(b, h, t * (2 * t - 1))
@@ -633,6 +641,9 @@ class Generator(nn.Module):
         self.conv_post = nn.Conv1d(ch, 1, 7, 1, padding=3, bias=False)
         if dims.gin_channels:
             self.cond = nn.Conv1d(dims.gin_channels, uic, 1)
+        # True once runtime.transforms.fold_resblock_average has moved the 1/num_kernels of
+        # the resblock average into the next convolution's weights
+        self.average_folded = False
 
     def forward(self, z: torch.Tensor, mask: Mask = None, g: torch.Tensor | None = None):
         # z [B, C, F] (zero where masked); mask: None, dense [B, 1, F] or GapMask;
@@ -647,7 +658,7 @@ class Generator(nn.Module):
             xs = blocks[0](x, mask)
             for block in blocks[1:]:
                 xs = xs.add_(block(x, mask))
-            x = xs.div_(self.num_kernels)
+            x = xs if self.average_folded else xs.div_(self.num_kernels)
         x = self.conv_post(_masked(leaky_relu(x, 0.01), mask))  # default slope, as VITS
         return _masked(torch.tanh(x), mask)
 
@@ -674,7 +685,7 @@ class VitsModel(nn.Module):
             return None
         if sid is None:
             raise ValueError("this voice has several speakers: a speaker id is required")
-        return self.emb_g(sid).unsqueeze(-1)
+        return self.emb_g(sid).unsqueeze(-1).float()
 
     def encode(self, ids, lengths, g, dur_noise, length_scale):
         """Text -> prior stats and integer durations.
@@ -682,12 +693,15 @@ class VitsModel(nn.Module):
         ids [B, T] int64, lengths [B], g [B, gin, 1] | None,
         dur_noise [B, 2, T] (standard normal x noise_w; zeros = deterministic), length_scale [B].
         Returns m_p, logs_p [B, C, T], x_mask [B, 1, T], durations [B, T] (frames, float).
+        Each submodule runs in its own parameters' dtype (see runtime/precision.py).
         """
-        x_mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(self.enc_p.proj.weight.dtype)
+        enc_dt, dp_dt = dtype_of(self.enc_p), dtype_of(self.dp)
+        x_mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(enc_dt)
         x, m_p, logs_p = self.enc_p(ids, x_mask)
-        logw = self.dp(x, x_mask, g, dur_noise)
-        w = torch.exp(logw) * x_mask * length_scale.view(-1, 1, 1)
-        return m_p, logs_p, x_mask, torch.ceil(w).squeeze(1)
+        gd = None if g is None else g.to(dp_dt)
+        logw = self.dp(x.to(dp_dt), x_mask.to(dp_dt), gd, dur_noise.to(dp_dt))
+        w = torch.exp(logw) * x_mask.to(dp_dt) * length_scale.view(-1, 1, 1).to(dp_dt)
+        return m_p, logs_p, x_mask, torch.ceil(w).squeeze(1).float()
 
     @staticmethod
     def frame_lengths(durations: torch.Tensor) -> torch.Tensor:
@@ -714,11 +728,16 @@ class VitsModel(nn.Module):
 
     def flow_reverse(self, m, logs, y_mask, z_noise, g):
         """Prior sample -> latent. z_noise [B, C, F] standard normal x noise_scale (or zeros)."""
-        z_p = m + z_noise * torch.exp(logs)
-        return self.flow.reverse(z_p, y_mask, g=g) * y_mask
+        dt = dtype_of(self.flow)
+        z_p = m.to(dt) + z_noise.to(dt) * torch.exp(logs.to(dt))
+        y_mask = y_mask.to(dt)
+        return self.flow.reverse(z_p, y_mask, g=None if g is None else g.to(dt)) * y_mask
 
     def decode(self, z, mask=None, g=None):
-        return self.dec(z, mask, g)
+        dt = dtype_of(self.dec)
+        if isinstance(mask, torch.Tensor):
+            mask = mask.to(dt)
+        return self.dec(z.to(dt), mask, None if g is None else g.to(dt))
 
 
 def attention_modules(model: nn.Module) -> list[RelativeMultiHeadAttention]:

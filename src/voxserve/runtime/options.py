@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .cuda_graphs import GraphGrid
+
 
 @dataclass(frozen=True)
 class RuntimeOptions:
@@ -14,10 +16,23 @@ class RuntimeOptions:
     """Latent frames decoded per call; bounds activation memory (4096 ~ 47 s at 22 kHz)."""
     cpu_channels_last: bool = True
     """CPU: run the flow's and decoder's 1-D convolutions as channels-last 2-D convolutions."""
+    fold_average: bool = True
+    """Fold the decoder's resblock average into the next convolution (one pass less per stage)."""
     attention: str = "banded"
     """Text-encoder relative attention: 'banded' (2w+1 diagonals) or 'skew' (VITS reference)."""
     threads: int | None = None
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
+    cuda_graphs: bool | None = None
+    """Replay the stages as CUDA graphs per shape bucket; None = on for CUDA, off on CPU.
+    On CPU, True runs the same bucketing logic without graphs (for testing)."""
+    graph_grid: GraphGrid | None = None
+    """Bucket shapes to capture (default GraphGrid())."""
+    compile: bool = False
+    """torch.compile each stage (without its own CUDA graphs: ours are used instead)."""
+    offload: bool = False
+    """Keep each stage's weights in pinned host memory, on the device only while it runs."""
+    memory_fraction: float | None = None
+    """CUDA: cap this process's share of device memory (torch.cuda.set_per_process_memory_fraction)."""
 
     def validate(self) -> "RuntimeOptions":
         if self.decode_layout not in ("auto", "packed", "padded"):
@@ -28,4 +43,8 @@ class RuntimeOptions:
             raise ValueError("max_decode_frames must be at least 64")
         if self.threads is not None and self.threads < 1:
             raise ValueError("threads must be at least 1")
+        if self.offload and self.cuda_graphs:
+            raise ValueError("cuda_graphs and offload cannot be combined: graphs bind the weights' device addresses")
+        if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
+            raise ValueError("memory_fraction must be in (0, 1]")
         return self

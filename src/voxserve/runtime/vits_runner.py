@@ -17,17 +17,24 @@ see docs/benchmarks.md).
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..models.vits import GapMask, VitsDims, VitsModel
+from .cuda_graphs import GraphedStages
+from .offload import WeightOffloader, module_bytes
 from .options import RuntimeOptions
+from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,22 @@ def decoder_receptive_field_frames(dims: VitsDims) -> float:
     return total + 3 / scale
 
 
+class PendingAudio:
+    """Audio of a submitted batch, on its way to host memory (see VitsRunner.submit)."""
+
+    def __init__(self, host: np.ndarray | torch.Tensor, spans: list[tuple[int, int]], event=None):
+        self._host, self._spans, self._event = host, spans, event
+
+    def result(self) -> list[np.ndarray]:
+        if self._event is not None:
+            self._event.synchronize()  # the copy-out is done; nothing else is waited for
+        host = self._host.numpy() if isinstance(self._host, torch.Tensor) else self._host
+        return [host[a:b] for a, b in self._spans]
+
+
 class VitsRunner:
+    """Owns one VITS model on one device. `run(items)` synthesises one batch."""
+
     def __init__(self, model: VitsModel, device: torch.device, dtype: torch.dtype = torch.float32,
                  options: RuntimeOptions | None = None):
         self.model = model
@@ -83,6 +105,51 @@ class VitsRunner:
         self.gap = decoder_gap_frames(self.dims)
         self._lock = threading.Lock()  # one batch at a time on this model
         self.last_stats: dict[str, float] = {}
+        self.oom_splits = 0
+        self.offloader = None
+        if self.config.offload:
+            self.offloader = WeightOffloader(model, {"encode": ("enc_p", "dp", "emb_g"), "synth": ("flow", "dec")}, device)
+        self.stages = self._build_stages()
+        self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def _build_stages(self):
+        eager = EagerStages(self.model, compile=self.config.compile)
+        use_graphs = self.config.cuda_graphs
+        if use_graphs is None:
+            use_graphs = self.device.type == "cuda" and not self.config.offload
+        if not use_graphs:
+            return eager
+        if self.config.offload:
+            raise ValueError("cuda_graphs and offload cannot be combined: graphs bind the weights' device addresses")
+        emulate = self.device.type != "cuda"
+        return GraphedStages(eager, self.device, self.config.graph_grid, emulate=emulate)
+
+    def device_bytes(self) -> int:
+        return module_bytes(self.model)
+
+    def to_host(self) -> None:
+        """Move the weights to (pinned) host memory; captured graphs are dropped."""
+        with self._lock:
+            self._move(torch.device("cpu"))
+
+    def to_device(self) -> None:
+        """Bring the weights back; graphs are re-captured lazily, per bucket, on first use."""
+        with self._lock:
+            self._move(self.device)
+
+    def _move(self, dev: torch.device) -> None:
+        if self.device.type != "cuda":
+            return
+        for t in [*self.model.parameters(), *self.model.buffers()]:
+            t.data = t.data.to(dev, non_blocking=True) if dev.type == "cuda" else t.data.to(dev).pin_memory()
+        if isinstance(self.stages, GraphedStages):
+            self.stages = self._build_stages()
+
+    def warmup(self) -> None:
+        """Run every stage once; with CUDA graphs, capture the whole grid."""
+        if isinstance(self.stages, GraphedStages) and not self.stages.emulate:
+            self.stages.warmup()
+        self.run([VitsItem((1, 0, 2), noise_scale=0.0, noise_w=0.0, seed=0)])
 
     # ------------------------------------------------------------------ noise
     def _generator(self, seed: int | None) -> torch.Generator:
@@ -99,13 +166,13 @@ class VitsRunner:
         """
         n = max(lengths)
         if all(scale_of(it) == 0 for it in items):
-            return torch.zeros(len(items), channels, n, device=self.device, dtype=self.dtype)
+            return torch.zeros(len(items), channels, n, device=self.device)
         out = torch.zeros(len(items), channels, n)
         for i, (it, g, length) in enumerate(zip(items, gens, lengths)):
             s = scale_of(it)
             if s:
                 out[i, :, :length] = torch.randn(channels, length, generator=g) * s
-        return self._to_device(out).to(self.dtype)
+        return self._to_device(out)
 
     def _to_device(self, t: torch.Tensor) -> torch.Tensor:
         if self.device.type == "cuda":
@@ -113,16 +180,57 @@ class VitsRunner:
         return t
 
     # ------------------------------------------------------------------ run
-    @torch.inference_mode()
     def run(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
-        """Synthesise a batch. Returns float32 audio per item, trimmed to its own length."""
+        """Synthesise a batch. Returns float32 audio per item, trimmed to its own length.
+
+        On a CUDA out-of-memory error the batch is split in halves and each half retried:
+        a batch too big for the device costs time, never the requests."""
         if not items:
             return []
         self._check(items)
+        try:
+            return self.submit(items).result()
+        except torch.OutOfMemoryError:
+            if len(items) == 1:
+                raise
+            self.oom_splits += 1
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            half = len(items) // 2
+            log.warning("out of memory on a batch of %d; retrying as %d + %d", len(items), half, len(items) - half)
+            return self.run(items[:half]) + self.run(items[half:])
+
+    @torch.inference_mode()
+    def submit(self, items: Sequence[VitsItem]) -> PendingAudio:
+        """Run the device work of a batch and start the copy of its audio to host memory.
+
+        On CUDA the copy runs on a side stream: the next batch's compute can start while this
+        one's audio is still coming back; `PendingAudio.result()` waits for the copy alone."""
+        self._check(items)
         with self._lock:
             if self.layout == "padded":
-                return self._run_padded(items)
-            return self._run_packed(items)
+                audios, lengths = self._run_padded(items)
+            else:
+                audios, lengths = self._run_packed(items)
+            return self._copy_out(audios, lengths)
+
+    def _copy_out(self, audios: list[torch.Tensor], lengths: list[int]) -> PendingAudio:
+        """One device->host copy of the batch's audio (concatenated on the device first)."""
+        flat = audios[0] if len(audios) == 1 else torch.cat(audios)
+        spans, pos = [], 0
+        for n in lengths:
+            spans.append((pos, pos + n))
+            pos += n
+        if self.device.type != "cuda":
+            return PendingAudio(flat.float().numpy(), spans)
+        host = torch.empty(flat.shape, dtype=torch.float32, pin_memory=True)
+        done = torch.cuda.Event()
+        self._copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._copy_stream):
+            flat.record_stream(self._copy_stream)
+            host.copy_(flat.float(), non_blocking=True)
+            done.record()
+        return PendingAudio(host, spans, done)
 
     def _check(self, items: Sequence[VitsItem]) -> None:
         for it in items:
@@ -133,23 +241,27 @@ class VitsRunner:
             if self.dims.n_speakers > 1 and not 0 <= it.speaker_id < self.dims.n_speakers:
                 raise ValueError(f"speaker id {it.speaker_id} out of range 0..{self.dims.n_speakers - 1}")
 
-    def _encode(self, items: Sequence[VitsItem], gens):
-        """One padded text-encoder + duration batch. -> g, m_p, logs_p, durations, frame lengths (device)."""
-        m = self.model
+    def _stage(self, name: str):
+        return self.offloader.stage(name) if self.offloader else nullcontext()
+
+    def _encode(self, items: Sequence[VitsItem], gens) -> EncodeOutputs:
+        """One padded text-encoder + duration batch."""
         t_lens = [len(it.ids) for it in items]
         ids = np.zeros((len(items), max(t_lens)), dtype=np.int64)
         for i, it in enumerate(items):
             ids[i, : t_lens[i]] = it.ids
-        ids_t = self._to_device(torch.from_numpy(ids))
-        lengths = self._to_device(torch.tensor(t_lens))
-        length_scale = self._to_device(torch.tensor([it.length_scale for it in items], dtype=torch.float32)).to(self.dtype)
         sid = None
         if self.dims.n_speakers > 1:
             sid = self._to_device(torch.tensor([it.speaker_id for it in items]))
-        g = m.speaker_embedding(sid)
-        dur_noise = self._noise(items, gens, t_lens, 2, lambda it: it.noise_w)
-        m_p, logs_p, _, durations = m.encode(ids_t, lengths, g, dur_noise, length_scale)
-        return g, m_p, logs_p, durations, m.frame_lengths(durations)
+        x = EncodeInputs(
+            ids=self._to_device(torch.from_numpy(ids)),
+            lengths=self._to_device(torch.tensor(t_lens)),
+            length_scale=self._to_device(torch.tensor([it.length_scale for it in items], dtype=torch.float32)),
+            dur_noise=self._noise(items, gens, t_lens, 2, lambda it: it.noise_w),
+            sid=sid,
+        )
+        with self._stage("encode"):
+            return self.stages.encode(x)
 
     def encode_groups(self, t_lens: Sequence[int], waste: float = 0.25) -> list[list[int]]:
         """Length-aware encoder batches: items sorted by length, a group grows while its padded
@@ -166,100 +278,108 @@ class VitsRunner:
             groups.append([i])
         return groups
 
-    def _run_packed(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
-        """Encoder in length groups; flow and decoder on all items laid end to end."""
+    def _run_packed(self, items: Sequence[VitsItem]) -> tuple[list[torch.Tensor], list[int]]:
+        """Encoder in length groups; flow + decoder on the items laid end to end, in runs of at
+        most max_decode_frames."""
         m = self.model
         B = len(items)
         gens = [self._generator(it.seed) for it in items]
         groups = self.encode_groups([len(it.ids) for it in items])
-        enc = []
-        for grp in groups:
-            enc.append((grp, *self._encode([items[i] for i in grp], [gens[i] for i in grp])))
+        enc = [(grp, self._encode([items[i] for i in grp], [gens[i] for i in grp])) for grp in groups]
         # the one device->host read of the batch: every item's frame count
-        flat = torch.cat([e[5] for e in enc]).tolist()
+        flat = torch.cat([e.frame_lengths for _, e in enc]).tolist()
         y_len = [0] * B
-        k = 0
-        for grp in groups:
-            for i in grp:
-                y_len[i] = flat[k]
-                k += 1
+        for i, n in zip((i for grp in groups for i in grp), flat):
+            y_len[i] = n
         starts, pos = [], 0
         for i in range(B):
             starts.append(pos)
             pos += y_len[i] + self.gap
-        P = pos - self.gap  # packed frames: items in request order, gap frames between them
+        P = pos - self.gap  # packed frames: items in request order, `gap` zero frames between
 
         C = self.dims.inter_channels
-        m_pk = torch.zeros(C, P, device=self.device, dtype=self.dtype)
-        logs_pk = torch.zeros(C, P, device=self.device, dtype=self.dtype)
+        dt = enc[0][1].m_p.dtype
+        m_pk = torch.zeros(C, P, device=self.device, dtype=dt)
+        logs_pk = torch.zeros(C, P, device=self.device, dtype=dt)
         g_pk = None
         if self.dims.n_speakers > 1:
-            g_pk = torch.zeros(self.dims.gin_channels, P, device=self.device, dtype=self.dtype)
-        for grp, g, m_p, logs_p, durations, y_t in enc:
+            g_pk = torch.zeros(self.dims.gin_channels, P, device=self.device)
+        for grp, e in enc:
             n = max(y_len[i] for i in grp)
-            mm, ll, _ = m.expand(m_p, logs_p, durations, y_t, n)  # [b, C, n]
+            mm, ll, _ = m.expand(e.m_p, e.logs_p, e.durations, e.frame_lengths, n)  # [b, C, n]
             src = np.concatenate([j * n + np.arange(y_len[i]) for j, i in enumerate(grp)])
-            dst = np.concatenate([starts[i] + np.arange(y_len[i]) for i in grp])
-            src_t = self._to_device(torch.from_numpy(src))
-            dst_t = self._to_device(torch.from_numpy(dst))
-            m_pk.index_copy_(1, dst_t, mm.permute(1, 0, 2).reshape(C, -1).index_select(1, src_t))
-            logs_pk.index_copy_(1, dst_t, ll.permute(1, 0, 2).reshape(C, -1).index_select(1, src_t))
+            dst = self._to_device(torch.from_numpy(np.concatenate([starts[i] + np.arange(y_len[i]) for i in grp])))
+            src = self._to_device(torch.from_numpy(src))
+            m_pk.index_copy_(1, dst, mm.permute(1, 0, 2).reshape(C, -1).index_select(1, src))
+            logs_pk.index_copy_(1, dst, ll.permute(1, 0, 2).reshape(C, -1).index_select(1, src))
             if g_pk is not None:
-                item_of = np.concatenate([np.full(y_len[i], j) for j, i in enumerate(grp)])
-                g_pk.index_copy_(1, dst_t, g[:, :, 0].t().index_select(1, self._to_device(torch.from_numpy(item_of))))
+                item_of = self._to_device(torch.from_numpy(np.concatenate([np.full(y_len[i], j) for j, i in enumerate(grp)])))
+                g_pk.index_copy_(1, dst, e.g[:, :, 0].t().float().index_select(1, item_of))
 
         mask_np = np.zeros(P, dtype=np.float32)
-        noise = torch.zeros(C, P)
+        noise = torch.zeros(C, P) if any(it.noise_scale for it in items) else None
         for i, it in enumerate(items):
             mask_np[starts[i] : starts[i] + y_len[i]] = 1.0
             if it.noise_scale:
                 noise[:, starts[i] : starts[i] + y_len[i]] = torch.randn(C, y_len[i], generator=gens[i]) * it.noise_scale
-        mask = self._to_device(torch.from_numpy(mask_np)).to(self.dtype).view(1, 1, P)
-        z_noise = self._to_device(noise).to(self.dtype).unsqueeze(0) if any(it.noise_scale for it in items) \
-            else torch.zeros(1, C, P, device=self.device, dtype=self.dtype)
-        g_pk = None if g_pk is None else g_pk.unsqueeze(0)
-        z = m.flow_reverse(m_pk.unsqueeze(0), logs_pk.unsqueeze(0), mask, z_noise, g_pk)  # [1, C, P]
+        mask = self._to_device(torch.from_numpy(mask_np)).view(1, 1, P)
+        z_noise = self._to_device(noise) if noise is not None else torch.zeros(C, P, device=self.device)
 
         hop = self.dims.hop_length
-        out: list[np.ndarray] = [None] * B  # type: ignore[list-item]
+        audios = []
         for run in self._decode_groups(y_len):
             a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
-            sub_mask = None
-            if len(run) > 1:  # zero only the gap frames between items (O(gap), in place)
+            decode_mask = None
+            if len(run) > 1 and isinstance(self.stages, EagerStages):
+                # eager: zero only the gap frames between items (O(gap), in place)
                 gaps = np.concatenate([np.arange(starts[i] + y_len[i], starts[j]) for i, j in zip(run, run[1:])]) - a
-                sub_mask = GapMask(self._to_device(torch.from_numpy(gaps)), b - a)
-            gg = None if g_pk is None else g_pk[:, :, a:b]
-            audio = self._to_host(m.decode(z[:, :, a:b], sub_mask, gg)[0, 0])  # [(b - a) * hop]
+                decode_mask = GapMask(self._to_device(torch.from_numpy(gaps)), b - a)
+            x = SynthInputs(m_pk[None, :, a:b], logs_pk[None, :, a:b], z_noise[None, :, a:b], mask[:, :, a:b],
+                            None if g_pk is None else g_pk[None, :, a:b], decode_mask)
+            with self._stage("synth"):
+                audio = self.stages.synth(x, single_item=len(run) == 1)  # [(b - a) * hop]
             for i in run:
-                out[i] = audio[(starts[i] - a) * hop : (starts[i] - a + y_len[i]) * hop]
+                off = (starts[i] - a) * hop
+                audios.append(audio[off : off + y_len[i] * hop])
         self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": float(len(groups))}
-        return out
+        return audios, [n * hop for n in y_len]
 
-    def _run_padded(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
-        """The reference layout: one padded batch through every stage, masks everywhere."""
+    def _run_padded(self, items: Sequence[VitsItem]) -> tuple[list[torch.Tensor], list[int]]:
+        """The reference layout: one padded batch through every stage, dense masks everywhere
+        (always eager)."""
         m = self.model
         B = len(items)
         gens = [self._generator(it.seed) for it in items]
-        g, m_p, logs_p, durations, y_t = self._encode(items, gens)
+        t_lens = [len(it.ids) for it in items]
+        ids = np.zeros((B, max(t_lens)), dtype=np.int64)
+        for i, it in enumerate(items):
+            ids[i, : t_lens[i]] = it.ids
+        sid = self._to_device(torch.tensor([it.speaker_id for it in items])) if self.dims.n_speakers > 1 else None
+        dur_noise = self._noise(items, gens, t_lens, 2, lambda it: it.noise_w)
+        length_scale = self._to_device(torch.tensor([it.length_scale for it in items], dtype=torch.float32))
+        with self._stage("encode"):
+            g = m.speaker_embedding(sid)
+            m_p, logs_p, _, durations = m.encode(self._to_device(torch.from_numpy(ids)),
+                                                 self._to_device(torch.tensor(t_lens)), g, dur_noise, length_scale)
+        y_t = m.frame_lengths(durations)
         y_len = y_t.tolist()  # the one device->host read of the batch
         n = max(y_len)
         mm, ll, y_mask = m.expand(m_p, logs_p, durations, y_t, n)
         z_noise = self._noise(items, gens, y_len, self.dims.inter_channels, lambda it: it.noise_scale)
-        z = m.flow_reverse(mm, ll, y_mask, z_noise, g)
         hop = self.dims.hop_length
-        out: list[np.ndarray] = [None] * B  # type: ignore[list-item]
-        for run in self._decode_groups(y_len):
-            idx = torch.tensor(run, device=self.device)
-            nn_ = max(y_len[i] for i in run)
-            full = all(y_len[i] == nn_ for i in run)
-            audio = m.decode(z.index_select(0, idx)[:, :, :nn_],
-                             None if full else y_mask.index_select(0, idx)[:, :, :nn_],
-                             None if g is None else g.index_select(0, idx))
-            host = self._to_host(audio[:, 0])
-            for j, i in enumerate(run):
-                out[i] = host[j, : y_len[i] * hop]
+        audios = []
+        with self._stage("synth"):
+            z = m.flow_reverse(mm, ll, y_mask, z_noise, g)
+            for run in self._decode_groups(y_len):
+                idx = torch.tensor(run, device=self.device)
+                nn_ = max(y_len[i] for i in run)
+                full = all(y_len[i] == nn_ for i in run)
+                audio = m.decode(z.index_select(0, idx)[:, :, :nn_],
+                                 None if full else y_mask.index_select(0, idx)[:, :, :nn_],
+                                 None if g is None else g.index_select(0, idx))
+                audios.extend(audio[j, 0, : y_len[i] * hop] for j, i in enumerate(run))
         self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0}
-        return out
+        return audios, [n * hop for n in y_len]
 
     def _decode_groups(self, y_lengths: Sequence[int]) -> list[list[int]]:
         """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames."""
@@ -277,7 +397,3 @@ class VitsRunner:
         if cur:
             groups.append(cur)
         return groups
-
-    def _to_host(self, audio: torch.Tensor) -> np.ndarray:
-        """Device tensor -> float32 numpy, one copy."""
-        return audio.float().cpu().numpy()

@@ -97,6 +97,10 @@ def _greedy_merge(pieces: list[str], limit: int, measure: Callable[[str], int]) 
     return out
 
 
+def _is_conjunction(word: str) -> bool:
+    return word.lower().strip(",;:") in CONJUNCTIONS
+
+
 def _split_words(text: str, limit: int, measure: Callable[[str], int]) -> list[str]:
     words = text.split()
     out: list[str] = []
@@ -110,11 +114,8 @@ def _split_words(text: str, limit: int, measure: Callable[[str], int]) -> list[s
             continue
         if cur and measure(" ".join(cur + [w])) > limit:
             # break before the last conjunction if that keeps at least half of the chunk
-            def conj(i: int) -> bool:
-                return cur[i].lower().strip(",;:") in CONJUNCTIONS
-
-            cut = max((i for i in range(1, len(cur)) if conj(i)), default=0)
-            while cut > 1 and conj(cut - 1):  # "and then": break before the first of a run
+            cut = max((i for i in range(1, len(cur)) if _is_conjunction(cur[i])), default=0)
+            while cut > 1 and _is_conjunction(cur[cut - 1]):  # "and then": break before the first
                 cut -= 1
             if cut and measure(" ".join(cur[:cut])) * 2 >= limit:
                 out.append(" ".join(cur[:cut]))

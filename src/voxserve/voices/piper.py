@@ -14,6 +14,8 @@ from ..runtime.cpu import tune_malloc
 from ..runtime.device import resolve_device, resolve_dtype
 from ..runtime.layout import convert_convs_channels_last
 from ..runtime.options import RuntimeOptions
+from ..runtime.precision import PrecisionPolicy, apply_precision
+from ..runtime.transforms import fold_resblock_average
 from ..runtime.vits_runner import VitsRunner
 from ..text.frontend import DEFAULT_MAX_PHONEMES, TextFrontend
 from ..voice import VitsVoice
@@ -67,6 +69,8 @@ def load_piper_voice(
 
     for attn in attention_modules(model):
         attn.impl = runtime.attention
+    if runtime.fold_average:
+        fold_resblock_average(model.dec)
     if dev.type == "cpu":
         tune_malloc()
         if runtime.threads:
@@ -74,8 +78,12 @@ def load_piper_voice(
         if runtime.cpu_channels_last:
             convert_convs_channels_last(model.flow)
             convert_convs_channels_last(model.dec)
-    model = model.to(device=dev, dtype=dt)
+    if dev.type == "cuda" and runtime.memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(runtime.memory_fraction, dev)
+    model = apply_precision(model.to(dev), PrecisionPolicy.default(dt))
     runner = VitsRunner(model, dev, dt, runtime)
+    if dev.type == "cuda":
+        runner.warmup()  # capture the CUDA graph grid (or compile) now, not on a user's request
     frontend = TextFrontend(config.espeak_voice, config.phoneme_id_map, config.phoneme_map,
                             config.vowel_clusters, max_phonemes=max_phonemes)
     return VitsVoice(config, runner, frontend, source_path=model_path)

@@ -1,0 +1,137 @@
+"""The asyncio side of the engine: one awaitable stream of audio chunks per request.
+
+Handlers never touch torch: results cross from the engine's threads through a per-request
+asyncio queue (`loop.call_soon_threadsafe`). Leaving the stream early (a client disconnect, a
+timeout, an exception) cancels the request, so its queued sentences are never synthesised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..audio import AudioChunk
+from ..options import SynthesisOptions
+from .engine import Engine
+
+_DONE = object()
+
+
+class _QueueSink:
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def _put(self, x) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, x)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    def on_audio(self, index: int, samples: np.ndarray, text: str) -> None:
+        self._put((index, samples, text))
+
+    def on_done(self, n_sentences: int) -> None:
+        self._put(_DONE)
+
+    def on_error(self, error: BaseException) -> None:
+        self._put(error)
+
+
+@dataclass
+class RequestTiming:
+    """Filled in as a stream runs (seconds, monotonic clock)."""
+
+    submitted: float = 0.0
+    first_audio: float | None = None
+    finished: float | None = None
+    audio_seconds: float = 0.0
+    sentences: int = 0
+
+
+class SpeechStream:
+    """An accepted request. Iterate it (async) for AudioChunks in order; `aclose()` (or leaving an
+    `async with`/`async for` early) cancels what is left."""
+
+    def __init__(self, engine: Engine, request_id: int, sink: _QueueSink, sample_rate: int):
+        self.engine = engine
+        self.request_id = request_id
+        self._sink = sink
+        self.sample_rate = sample_rate
+        self.timing = RequestTiming(submitted=time.monotonic())
+        self._done = False
+        self._peeked: AudioChunk | None = None
+
+    async def _next(self) -> AudioChunk | None:
+        if self._done:
+            return None
+        x = await self._sink.queue.get()
+        if x is _DONE:
+            self._done = True
+            self.timing.finished = time.monotonic()
+            return None
+        if isinstance(x, BaseException):
+            self._done = True
+            raise x
+        index, samples, text = x
+        if self.timing.first_audio is None:
+            self.timing.first_audio = time.monotonic()
+        self.timing.audio_seconds += len(samples) / self.sample_rate
+        self.timing.sentences += 1
+        return AudioChunk(samples, self.sample_rate, index=index, text=text)
+
+    async def first(self) -> AudioChunk | None:
+        """Wait for the first chunk (or the request's error) without consuming it: lets an
+        HTTP handler turn an error found by the front end into a 4xx before it starts a response."""
+        if self._peeked is None:
+            self._peeked = await self._next()
+        return self._peeked
+
+    def __aiter__(self) -> AsyncIterator[AudioChunk]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[AudioChunk]:
+        try:
+            if self._peeked is not None:
+                c, self._peeked = self._peeked, None
+                yield c
+            while (c := await self._next()) is not None:
+                yield c
+        finally:
+            if not self._done:
+                self.cancel()
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._done = True
+            self.engine.cancel(self.request_id)
+
+    async def aclose(self) -> None:
+        self.cancel()
+
+    def __del__(self):  # a stream dropped without being read to the end frees its sentences
+        try:
+            self.cancel()
+        except Exception:  # interpreter shutdown: nothing left to free
+            pass
+
+    async def collect(self) -> list[AudioChunk]:
+        return [c async for c in self]
+
+
+class AsyncEngine:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def submit(self, voice: str, text: str, options: SynthesisOptions | None = None,
+               streaming: bool = True) -> SpeechStream:
+        """Accept a request now (raises for bad input, overload, shutdown) and return its stream.
+        Must be called on the event loop thread."""
+        loop = asyncio.get_running_loop()
+        sink = _QueueSink(loop)
+        rid = self.engine.submit(voice, text, options, sink, streaming=streaming)
+        return SpeechStream(self.engine, rid, sink, self.engine.voice(voice).sample_rate)

@@ -1,0 +1,379 @@
+"""The serving engine: requests in, sentences batched across requests, audio out per request.
+
+Threads:
+* one inference worker per device: the only thread that calls `voice.run_units` (all device
+  work), looping `step()` = schedule -> run -> update;
+* a small pool for the text front end (`voice.units`: split, normalise, phonemise; espeak-ng),
+  which feeds each request's sentences into the scheduler a few at a time (a lookahead window),
+  so a 1,000-sentence text is not phonemised ahead of need and a cancelled one stops early.
+Callers (the asyncio side, tests) talk to it through `submit` / `cancel` and a `Sink` per
+request whose methods are called from those threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import EngineClosedError, OverloadedError, UnknownVoiceError
+from ..options import SynthesisOptions
+from .scheduler import Batch, Scheduler, SchedulerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    frontend_lookahead: int = 16
+    """Sentences a request may have queued before its front end pauses."""
+    frontend_threads: int = 2
+    """Threads for the text front end (espeak-ng itself runs one call at a time)."""
+
+    def validate(self) -> "EngineConfig":
+        self.scheduler.validate()
+        if self.frontend_lookahead < 1:
+            raise ValueError("frontend_lookahead must be at least 1")
+        if self.frontend_threads < 1:
+            raise ValueError("frontend_threads must be at least 1")
+        return self
+
+
+class Sink(Protocol):
+    """Where a request's results go. Called from engine threads, in order, for one request."""
+
+    def on_audio(self, index: int, samples: np.ndarray, text: str) -> None: ...
+    def on_done(self, n_sentences: int) -> None: ...
+    def on_error(self, error: BaseException) -> None: ...
+
+
+class BatchObserver(Protocol):
+    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float) -> None: ...
+
+
+@dataclass
+class _RequestState:
+    id: int
+    voice: Any
+    units: Iterator
+    sink: Sink
+    worker: "_Worker"
+    produced: int = 0
+    delivered: int = 0
+    total: int | None = None  # known when the front end is exhausted
+    frontend_running: bool = False
+    finished: bool = False
+
+
+class _Worker:
+    """One device: a scheduler, its lock, and the thread that runs batches."""
+
+    def __init__(self, engine: "Engine", device: str):
+        self.engine = engine
+        self.device = device
+        self.scheduler = Scheduler(engine.config.scheduler)
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._loop, name=f"voxserve-worker-{device}", daemon=True)
+        self.running_batch = 0  # items in the batch being run
+
+    # The worker loop: everything below except `run` holds the lock.
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                batch = None
+                while batch is None:
+                    if self.engine._stopping_now:
+                        return
+                    batch = self.scheduler.schedule(time.monotonic())
+                    if batch is None:
+                        self.cond.wait(self.scheduler.next_deadline(time.monotonic()))
+                self.running_batch = len(batch)
+            try:
+                self._run_and_update(batch)
+            except Exception:  # a bug in delivery must not kill the device's only worker
+                log.exception("internal error while delivering a batch")
+                with self.cond:
+                    for rid in {it.request_id for it in batch.items}:
+                        r = self.engine._requests.get(rid)
+                        if r is not None:
+                            self.engine._fail(r, RuntimeError("internal error"))
+
+    def step(self, now: float | None = None, force: bool = True) -> Batch | None:
+        """One schedule -> run -> update on the calling thread (tests, or a caller without the
+        worker thread). Returns the batch that ran, if any."""
+        with self.cond:
+            batch = self.scheduler.schedule(time.monotonic() if now is None else now, force=force)
+            if batch is None:
+                return None
+            self.running_batch = len(batch)
+        self._run_and_update(batch)
+        return batch
+
+    def _run_and_update(self, batch: Batch) -> None:
+        eng = self.engine
+        voice = eng.voices[batch.voice]
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        audios: Sequence[np.ndarray] = ()
+        try:
+            audios = voice.run_units([it.payload for it in batch.items])  # the device work
+        except Exception as e:  # a model failure fails the batch's requests, not the worker
+            log.exception("batch of %d sentences failed", len(batch))
+            error = e
+        dt = time.perf_counter() - t0
+        if error is None:
+            audio_s = sum(len(a) for a in audios) / voice.sample_rate
+            with eng._stats_lock:
+                eng.sentences_run += len(batch)
+                eng.batches_run += 1
+                rate = batch.cost / max(dt, 1e-6)  # phoneme ids per second, for Retry-After
+                eng._recent_cost_rate = rate if not eng._recent_cost_rate else 0.8 * eng._recent_cost_rate + 0.2 * rate
+            if eng.observer is not None:
+                eng.observer.on_batch(batch.voice, len(batch), batch.cost, dt, audio_s)
+        # update: deliver in order, under the lock so that cancel() cannot interleave
+        resume = []
+        with self.cond:
+            self.scheduler.complete(batch)
+            self.running_batch = 0
+            for k, it in enumerate(batch.items):
+                r = eng._requests.get(it.request_id)
+                if r is None or r.finished:
+                    continue  # cancelled while running: its audio goes nowhere
+                if error is not None:
+                    eng._fail(r, error)
+                    continue
+                r.delivered += 1
+                r.sink.on_audio(it.index, audios[k], getattr(it.payload, "text", ""))
+                eng._maybe_finish(r)
+            for rid in {it.request_id for it in batch.items}:
+                r = eng._requests.get(rid)
+                if r is not None and eng._needs_frontend(r):
+                    r.frontend_running = True
+                    resume.append(r)
+            self.cond.notify_all()
+        for r in resume:
+            eng._start_frontend(r)
+
+
+class Engine:
+    """Voices by name; one worker per device. Thread safe."""
+
+    def __init__(self, voices: Mapping[str, Any] | Sequence[Any], config: EngineConfig | None = None,
+                 observer: BatchObserver | None = None):
+        self.config = (config or EngineConfig()).validate()
+        if not isinstance(voices, Mapping):
+            voices = {v.name: v for v in voices}
+        if not voices:
+            raise ValueError("an engine needs at least one voice")
+        self.voices: dict[str, Any] = dict(voices)
+        self.observer = observer
+        self._workers: dict[str, _Worker] = {}
+        self._worker_of: dict[str, _Worker] = {}
+        for name, v in self.voices.items():
+            dev = str(getattr(v, "device", "cpu"))
+            if dev not in self._workers:
+                self._workers[dev] = _Worker(self, dev)
+            self._worker_of[name] = self._workers[dev]
+        self._requests: dict[int, _RequestState] = {}
+        self._ids = itertools.count(1)
+        self._frontend = ThreadPoolExecutor(self.config.frontend_threads, thread_name_prefix="voxserve-frontend")
+        self._accepting = False
+        self._stopping_now = False
+        self._started = False
+        self.sentences_run = 0  # sentences synthesised (only ever grows)
+        self.batches_run = 0
+        self.sentences_dropped = 0  # queued sentences dropped by cancellation
+        self._stats_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, threads: bool = True) -> "Engine":
+        """Accept requests; threads=False runs no worker threads (drive it with `step()`)."""
+        if threads and not self._started:
+            self._started = True
+            for w in self._workers.values():
+                w.thread.start()
+        self._accepting = True
+        return self
+
+    def stop_accepting(self) -> None:
+        self._accepting = False
+
+    def drain(self, timeout: float) -> bool:
+        """Wait (up to timeout seconds) for every accepted request to finish. True if they did."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._requests:
+                return True
+            time.sleep(0.02)
+        return not self._requests
+
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        """Refuse new requests, finish the accepted ones (bounded by timeout), stop the workers."""
+        self.stop_accepting()
+        finished = self.drain(timeout)
+        for rid in list(self._requests):
+            r = self._requests.get(rid)
+            if r is not None:
+                with r.worker.cond:
+                    self._fail(r, EngineClosedError("the server is shutting down"))
+        self._stopping_now = True
+        for w in self._workers.values():
+            with w.cond:
+                w.cond.notify_all()
+        for w in self._workers.values():
+            if w.thread.is_alive():
+                w.thread.join(timeout=max(1.0, timeout))
+        self._frontend.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    def __enter__(self) -> "Engine":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ requests
+    def voice(self, name: str):
+        try:
+            return self.voices[name]
+        except KeyError:
+            raise UnknownVoiceError(name, sorted(self.voices)) from None
+
+    def queued_sentences(self) -> int:
+        return sum(w.scheduler.queued for w in self._workers.values())
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._requests)
+
+    def submit(self, voice_name: str, text: str, options: SynthesisOptions | None, sink: Sink,
+               streaming: bool = False) -> int:
+        """Accept a request; raises at once for bad input (EmptyTextError, InvalidOptionError,
+        UnknownSpeakerError, UnknownVoiceError), OverloadedError or EngineClosedError.
+        Results arrive through `sink`. Returns the request id (for `cancel`)."""
+        if not self._accepting:
+            raise EngineClosedError("the engine is not accepting requests (starting or shutting down)")
+        voice = self.voice(voice_name)
+        units = voice.units(text, options)  # validates now; the sentences come lazily
+        w = self._worker_of[voice_name]
+        with w.cond:
+            waiting = sum(1 for r in self._requests.values() if r.worker is w and r.produced == 0)
+            if w.scheduler.queued + waiting >= w.scheduler.config.max_queued_sentences:
+                raise OverloadedError(
+                    f"the server is busy ({w.scheduler.queued} sentences queued); retry later",
+                    retry_after_s=self._retry_after(w))
+            rid = next(self._ids)
+            w.scheduler.add_request(rid, voice_name, streaming=streaming)
+            r = _RequestState(rid, voice_name, units, sink, w, frontend_running=True)
+            self._requests[rid] = r
+        self._start_frontend(r)
+        return rid
+
+    def _retry_after(self, w: _Worker) -> float:
+        """Seconds until the queue has room, from the recent throughput (at least 1)."""
+        rate = self._recent_cost_rate
+        if not rate:
+            return 1.0
+        return min(60.0, max(1.0, w.scheduler.queued_cost / rate))
+
+    _recent_cost_rate = 0.0
+
+    def cancel(self, request_id: int) -> None:
+        """Drop a request: its queued sentences are never synthesised; no more callbacks."""
+        r = self._requests.get(request_id)
+        if r is None:
+            return
+        with r.worker.cond:
+            if r.finished:
+                return
+            r.finished = True
+            self._requests.pop(request_id, None)
+            self.sentences_dropped += r.worker.scheduler.cancel(request_id)
+            r.worker.cond.notify_all()
+
+    # ------------------------------------------------------------------ front end
+    def _needs_frontend(self, r: _RequestState) -> bool:
+        return (not r.finished and r.total is None and not r.frontend_running
+                and r.worker.scheduler.pending_items(r.id) < self.config.frontend_lookahead)
+
+    def _start_frontend(self, r: _RequestState) -> None:
+        try:
+            self._frontend.submit(self._frontend_job, r)
+        except RuntimeError:  # the pool is shut down: the engine is stopping
+            with r.worker.cond:
+                self._fail(r, EngineClosedError("the server is shutting down"))
+
+    def _frontend_job(self, r: _RequestState) -> None:
+        """Produce up to the lookahead window of sentences for one request, then yield the
+        thread (so a long text does not hold a front-end thread while others wait)."""
+        w = r.worker
+        budget = self.config.frontend_lookahead
+        try:
+            while budget > 0:
+                with w.cond:
+                    if r.finished:
+                        return
+                    if w.scheduler.pending_items(r.id) >= self.config.frontend_lookahead:
+                        r.frontend_running = False
+                        if self._needs_frontend(r):  # consumed meanwhile: keep going
+                            r.frontend_running = True
+                        else:
+                            return
+                try:
+                    unit = next(r.units)
+                except StopIteration:
+                    with w.cond:
+                        r.total = r.produced
+                        w.scheduler.input_done(r.id)
+                        r.frontend_running = False
+                        self._maybe_finish(r)
+                    return
+                budget -= 1
+                with w.cond:
+                    if r.finished:
+                        return
+                    w.scheduler.add_item(r.id, unit.index, unit.cost, unit, time.monotonic())
+                    r.produced += 1
+                    w.cond.notify_all()
+        except Exception as e:  # UnpronounceableTextError, or a front-end failure
+            with w.cond:
+                self._fail(r, e)
+            return
+        with w.cond:  # budget used up: queue another round behind other requests' work
+            if r.finished:
+                return
+        self._start_frontend(r)
+
+    # ------------------------------------------------------------------ completion (lock held)
+    def _maybe_finish(self, r: _RequestState) -> None:
+        if not r.finished and r.total is not None and r.delivered >= r.total:
+            r.finished = True
+            self._requests.pop(r.id, None)
+            r.worker.scheduler.finish_request(r.id)
+            r.sink.on_done(r.total)
+
+    def _fail(self, r: _RequestState, error: BaseException) -> None:
+        if r.finished:
+            return
+        r.finished = True
+        self._requests.pop(r.id, None)
+        self.sentences_dropped += r.worker.scheduler.cancel(r.id)
+        r.sink.on_error(error)
+
+    # ------------------------------------------------------------------ stepping by hand
+    def step(self) -> Batch | None:
+        """One schedule -> run -> update on this thread, for engines not `start`ed with
+        worker threads (tests, scripts). Runs the first due batch of any device."""
+        for w in self._workers.values():
+            b = w.step()
+            if b is not None:
+                return b
+        return None

@@ -1,0 +1,1 @@
+"""HTTP server: create_app(engine), schemas, metrics, `voxserve serve`."""

@@ -1,0 +1,485 @@
+"""HTTP API (FastAPI): OpenAI-compatible /v1/audio/speech, native /v1/synthesize, voices,
+models, health, readiness and Prometheus metrics. Thin: requests become engine submissions;
+audio streams back as the engine makes it, encoded chunk by chunk.
+
+Errors use OpenAI's JSON shape {"error": {"message", "type", "param", "code"}}:
+400 bad input or option, 401 missing/wrong API key, 404 unknown voice/model/route,
+413 input or body too large, 422 malformed body, 429 overloaded (with Retry-After),
+503 not ready / shutting down; anything else is a 500 whose body says only "internal error".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..audio import StreamEncoder, available_stream_formats, encode_audio, open_stream_encoder, float_to_int16
+from ..engine import AsyncEngine, Engine, SpeechStream
+from ..errors import (
+    EngineClosedError,
+    InvalidInputError,
+    InvalidOptionError,
+    OverloadedError,
+    TextTooLongError,
+    UnknownSpeakerError,
+    UnknownVoiceError,
+    VoxserveError,
+)
+from ..options import SynthesisOptions
+from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .schemas import (
+    MODEL_ID,
+    OPENAI_MODELS,
+    OPENAI_VOICES,
+    ModelInfo,
+    ModelsResponse,
+    SpeechRequest,
+    SynthesizeRequest,
+    VoiceInfo,
+    VoicesResponse,
+)
+
+log = logging.getLogger(__name__)
+
+ROUTES = ("/v1/audio/speech", "/v1/synthesize", "/v1/voices", "/v1/models", "/health", "/ready", "/metrics")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """HTTP-level settings (the engine has its own)."""
+
+    api_key: str | None = None
+    """If set, every route except /health needs `Authorization: Bearer <key>`."""
+    max_input_chars: int = 4096
+    """Longer input is refused with 413 (OpenAI's limit for /v1/audio/speech is 4096)."""
+    max_body_bytes: int = 1 << 20
+    """Request bodies over this are refused with 413 before they are parsed."""
+    shutdown_timeout_s: float = 30.0
+    """On shutdown, in-flight requests get this long to finish."""
+    warmup: bool = True
+    """Run one sentence through each voice before /ready says ready."""
+    request_timeout_s: float = 600.0
+    """A request still running after this long is cancelled (its queued sentences dropped)."""
+
+
+# ----------------------------------------------------------------------------- errors
+def error_response(status: int, message: str, type_: str, code: str | None = None, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}},
+                        status_code=status, headers=headers)
+
+
+def _error_for(exc: BaseException) -> JSONResponse:
+    if isinstance(exc, TextTooLongError):
+        return error_response(413, str(exc), "invalid_request_error", "input_too_long", "input")
+    if isinstance(exc, InvalidOptionError):
+        return error_response(400, str(exc), "invalid_request_error", "invalid_option", exc.option)
+    if isinstance(exc, (InvalidInputError, UnknownSpeakerError)):
+        return error_response(400, str(exc), "invalid_request_error", "invalid_input")
+    if isinstance(exc, UnknownVoiceError):
+        return error_response(404, str(exc), "invalid_request_error", "voice_not_found", "voice")
+    if isinstance(exc, OverloadedError):
+        retry = str(max(1, int(math.ceil(exc.retry_after_s))))
+        return error_response(429, str(exc), "rate_limit_error", "overloaded", headers={"Retry-After": retry})
+    if isinstance(exc, EngineClosedError):
+        return error_response(503, str(exc), "server_error", "unavailable")
+    log.error("internal error", exc_info=exc)
+    return error_response(500, "internal error", "server_error", "internal_error")
+
+
+class _InternalError(VoxserveError):
+    """A failure inside the engine, surfaced as a plain 500 (details go to the log only)."""
+
+
+class _BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_input", status: int = 400):
+        self.message, self.param, self.code, self.status = message, param, code, status
+
+
+# ----------------------------------------------------------------------------- ASGI guard
+class _Guard:
+    """Outermost layer: API key, body size limit, request counting. Pure ASGI so that a
+    refused body is never read past the limit."""
+
+    def __init__(self, app, config: AppConfig, metrics: Metrics):
+        self.app, self.config, self.metrics = app, config, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        route = path if path in ROUTES else "other"
+        status_box = {"status": 500}
+
+        async def send_counted(message):
+            if message["type"] == "http.response.start":
+                status_box["status"] = message["status"]
+            await send(message)
+
+        try:
+            denied = self._check_key(scope, path)
+            if denied is not None:
+                return await denied(scope, receive, send_counted)
+            headers = dict(scope.get("headers") or [])
+            limit = self.config.max_body_bytes
+            try:
+                declared = int(headers.get(b"content-length", b"0") or 0)
+            except ValueError:
+                declared = 0
+            if declared > limit:
+                return await self._too_large(scope, receive, send_counted)
+            if scope.get("method") in ("POST", "PUT", "PATCH"):
+                body = bytearray()
+                while True:
+                    msg = await receive()
+                    if msg["type"] == "http.disconnect":
+                        return
+                    body += msg.get("body", b"")
+                    if len(body) > limit:
+                        return await self._too_large(scope, receive, send_counted)
+                    if not msg.get("more_body"):
+                        break
+                replayed = False
+
+                async def replay():
+                    nonlocal replayed
+                    if not replayed:
+                        replayed = True
+                        return {"type": "http.request", "body": bytes(body), "more_body": False}
+                    return await receive()  # then the real channel (http.disconnect)
+
+                return await self.app(scope, replay, send_counted)
+            return await self.app(scope, receive, send_counted)
+        finally:
+            self.metrics.requests.labels(route, str(status_box["status"])).inc()
+
+    def _check_key(self, scope, path: str):
+        key = self.config.api_key
+        if not key or path == "/health":
+            return None
+        headers = dict(scope.get("headers") or [])
+        got = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = got.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+            return None
+        return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                              "invalid_request_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    async def _too_large(self, scope, receive, send):
+        r = error_response(413, f"request body over {self.config.max_body_bytes} bytes",
+                           "invalid_request_error", "body_too_large", headers={"Connection": "close"})
+        await r(scope, receive, send)
+
+
+# ----------------------------------------------------------------------------- the app
+def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
+    """The HTTP app around an engine. The app starts the engine (if needed) and warms it up on
+    startup, and drains it on shutdown."""
+    config = config or AppConfig()
+    metrics = Metrics(engine)
+    if engine.observer is None:
+        engine.observer = metrics
+    aengine = AsyncEngine(engine)
+    default_voice = next(iter(engine.voices))
+    ready = threading.Event()
+
+    def warm_up() -> None:
+        try:
+            for name in engine.voices:
+                done = threading.Event()
+
+                class _S:
+                    def on_audio(self, *a): pass
+                    def on_done(self, n): done.set()
+                    def on_error(self, e): done.set()
+
+                engine.submit(name, "Hello.", None, _S())
+                done.wait(300)
+        except VoxserveError:
+            log.exception("warm-up failed")
+        ready.set()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine.start()
+        if config.warmup:
+            threading.Thread(target=warm_up, name="voxserve-warmup", daemon=True).start()
+        else:
+            ready.set()
+        try:
+            yield
+        finally:
+            ready.clear()
+            await asyncio.to_thread(engine.shutdown, config.shutdown_timeout_s)
+
+    app = FastAPI(title="voxserve", version="0.1.0", lifespan=lifespan)
+    app.state.engine = engine
+    app.state.metrics = metrics
+    app.state.ready = ready
+
+    # --------------------------------------------------------------- error mapping
+    @app.exception_handler(VoxserveError)
+    async def _voxserve_error(request: Request, exc: VoxserveError):
+        return _error_for(exc)
+
+    @app.exception_handler(_BadRequest)
+    async def _bad_request(request: Request, exc: _BadRequest):
+        return error_response(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
+                        for e in errs[:5])
+        return error_response(422, msg or "invalid request body", "invalid_request_error", "invalid_schema",
+                              ".".join(loc) or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return error_response(exc.status_code, str(exc.detail), kind, {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        return _error_for(exc)
+
+    # --------------------------------------------------------------- helpers
+    def voice_for(name: str | None, openai: bool) -> str:
+        if name is None:
+            return default_voice
+        if name in engine.voices:
+            return name
+        if openai and name.lower() in OPENAI_VOICES:
+            return default_voice
+        from ..voices.registry import resolve_voice
+
+        resolve_voice(name, allow_paths=False)  # unknown: UnknownVoiceError (404) listing the registry
+        raise UnknownVoiceError(name, sorted(engine.voices))  # installed but not loaded here
+
+    def check_ready() -> None:
+        if not ready.is_set():
+            raise EngineClosedError("the server is not ready yet (loading or warming up voices)")
+
+    async def start(voice: str, text: str, options: SynthesisOptions, fmt: str, streaming: bool):
+        check_ready()
+        if not isinstance(text, str) or len(text) > config.max_input_chars:
+            raise TextTooLongError(len(text), config.max_input_chars)
+        try:
+            encoder = open_stream_encoder(fmt, engine.voice(voice).sample_rate)
+        except ValueError as e:
+            raise _BadRequest(str(e), "response_format", "unsupported_format") from None
+        try:
+            stream = aengine.submit(voice, text, options, streaming=streaming)
+        except BaseException:
+            encoder.close()
+            raise
+        try:
+            async with asyncio.timeout(config.request_timeout_s):
+                await stream.first()  # errors the front end finds late (nothing pronounceable) -> 4xx
+        except BaseException as e:
+            stream.cancel()
+            encoder.close()
+            if isinstance(e, TimeoutError):
+                raise _BadRequest(f"the request took over {config.request_timeout_s:g} s and was cancelled",
+                                  code="timeout", status=504) from None
+            if isinstance(e, Exception) and not isinstance(e, VoxserveError):
+                log.error("request failed", exc_info=e)
+                raise _InternalError("internal error") from None
+            raise
+        return stream, encoder
+
+    def headers_for(encoder: StreamEncoder, fmt: str) -> tuple[str, dict]:
+        sr = encoder.sample_rate
+        headers = {"X-Sample-Rate": str(sr), "Cache-Control": "no-store"}
+        media = encoder.media_type
+        if fmt == "pcm":
+            media = f"audio/L16; rate={sr}; channels=1"
+            headers["X-Audio-Format"] = "s16le; channels=1"
+        return media, headers
+
+    async def encode(encoder: StreamEncoder, fmt: str, samples: np.ndarray) -> bytes:
+        if fmt in ("pcm", "wav"):
+            return encoder.write(samples)
+        return await asyncio.to_thread(encoder.write, samples)  # lame/opus/flac: off the loop
+
+    async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
+        gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
+        first = True
+        deadline = stream.timing.submitted + config.request_timeout_s
+        try:
+            async for chunk in _until(stream, deadline):
+                if first:
+                    first = False
+                    if stream.timing.first_audio is not None:
+                        metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
+                elif len(gap):
+                    data = await encode(encoder, fmt, gap)
+                    if data:
+                        yield data
+                data = await encode(encoder, fmt, chunk.samples)
+                if data:
+                    yield data
+            tail = encoder.close()
+            if tail:
+                yield tail
+        except Exception as e:
+            # the status line is already sent: abort the connection (no closing chunk) so the
+            # client sees a broken transfer rather than a short file that looks complete
+            log.warning("stream %s failed after its first bytes: %s", stream.request_id, e)
+            raise
+        finally:
+            stream.cancel()
+            encoder.close()
+
+    async def respond(request: Request, stream: SpeechStream, encoder: StreamEncoder, fmt: str,
+                      silence_s: float, chunked: bool) -> Response:
+        media, headers = headers_for(encoder, fmt)
+        if chunked:
+            return StreamingResponse(body(stream, encoder, fmt, silence_s), media_type=media, headers=headers)
+        # whole file: collect (cancelling if the client goes away), then encode once
+        try:
+            async with asyncio.timeout(max(0.0, stream.timing.submitted + config.request_timeout_s - time.monotonic())):
+                chunks = await _collect_or_cancel(stream, request)
+        except TimeoutError:
+            stream.cancel()
+            raise _BadRequest(f"the request took over {config.request_timeout_s:g} s and was cancelled",
+                              code="timeout", status=504) from None
+        except VoxserveError:
+            raise
+        except Exception as e:
+            log.error("request failed", exc_info=e)
+            raise _InternalError("internal error") from None
+        finally:
+            encoder.close()
+        if chunks is None:
+            return Response(status_code=499)
+        if stream.timing.first_audio is not None:
+            metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
+        gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
+        parts: list[np.ndarray] = []
+        for k, c in enumerate(chunks):
+            if k and len(gap):
+                parts.append(gap)
+            parts.append(c.samples)
+        samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        if fmt == "wav":  # the same int16 conversion as the streamed formats
+            data = _wav_bytes(samples, stream.sample_rate)
+        elif fmt in ("pcm", "flac", "mp3"):
+            data = await asyncio.to_thread(encode_audio, samples, stream.sample_rate, fmt)
+        else:
+            enc = open_stream_encoder(fmt, stream.sample_rate)
+            data = await asyncio.to_thread(lambda: enc.write(samples) + enc.close())
+        return Response(data, media_type=media, headers=headers)
+
+    # --------------------------------------------------------------- routes
+    @app.post("/v1/audio/speech")
+    async def speech(req: SpeechRequest, request: Request):
+        if req.model not in OPENAI_MODELS and req.model != MODEL_ID and req.model not in engine.voices:
+            raise _BadRequest(f"unknown model {req.model!r}; use one of: {', '.join((MODEL_ID,) + OPENAI_MODELS)}",
+                              "model", "model_not_found", status=404)
+        if not 0.25 <= req.speed <= 4.0:
+            raise InvalidOptionError("speed", f"must be between 0.25 and 4.0, got {req.speed}")
+        voice = voice_for(req.voice, openai=True)
+        options = SynthesisOptions(speed=req.speed)
+        stream, encoder = await start(voice, req.input, options, req.response_format, streaming=True)
+        return await respond(request, stream, encoder, req.response_format, 0.0, chunked=True)
+
+    @app.post("/v1/synthesize")
+    async def synthesize(req: SynthesizeRequest, request: Request):
+        voice = voice_for(req.voice, openai=False)
+        options = SynthesisOptions(speaker=req.speaker, speed=req.speed, noise_scale=req.noise_scale,
+                                   noise_w=req.noise_w, sentence_silence=req.sentence_silence, seed=req.seed)
+        stream, encoder = await start(voice, req.text, options, req.response_format, streaming=req.stream)
+        silence = float(req.sentence_silence or 0.0)
+        return await respond(request, stream, encoder, req.response_format, silence, chunked=req.stream)
+
+    @app.get("/v1/voices", response_model=VoicesResponse)
+    async def voices():
+        out = []
+        for name, v in engine.voices.items():
+            out.append(VoiceInfo(name=name, family=getattr(v, "family", ""), sample_rate=v.sample_rate,
+                                 speakers=list(v.speakers), default=name == default_voice))
+        return VoicesResponse(voices=out, openai_aliases=sorted(OPENAI_VOICES))
+
+    @app.get("/v1/models", response_model=ModelsResponse)
+    async def models():
+        return ModelsResponse(data=[ModelInfo(id=m) for m in (MODEL_ID,) + OPENAI_MODELS])
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready_route():
+        if not ready.is_set():
+            return error_response(503, "not ready: voices are loading or warming up", "server_error", "not_ready")
+        return {"status": "ready", "voices": list(engine.voices), "formats": list(available_stream_formats())}
+
+    @app.get("/metrics")
+    async def metrics_route():
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(_Guard, config=config, metrics=metrics)
+    return app
+
+
+async def _until(stream: SpeechStream, deadline: float) -> AsyncIterator:
+    """The stream's chunks; past `deadline` (monotonic seconds) it is cancelled and TimeoutError raised."""
+    it = stream.__aiter__()
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        await it.aclose()
+
+
+async def _collect_or_cancel(stream: SpeechStream, request: Request, poll_s: float = 0.2):
+    """All chunks of a stream, or None if the client disconnected first (the request is then
+    cancelled: its queued sentences are dropped)."""
+    task = asyncio.ensure_future(stream.collect())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                stream.cancel()
+                task.cancel()
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+
+def _wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
+    import io
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(float_to_int16(samples).tobytes())
+    return buf.getvalue()

@@ -1,0 +1,159 @@
+"""`voxserve serve`: load voices, start the engine, serve HTTP (uvicorn).
+
+Every setting comes, in order of precedence, from its flag, its environment variable
+(VOXSERVE_<NAME>, e.g. VOXSERVE_API_KEY, VOXSERVE_VOICES=a,b) or the dataclass default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass, fields
+
+from ..engine.scheduler import SchedulerConfig
+from ..voices.registry import DEFAULT_VOICE
+from .app import AppConfig
+
+log = logging.getLogger(__name__)
+_SCHED = SchedulerConfig()
+_APP = AppConfig()
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    host: str = "127.0.0.1"
+    """Loopback only unless told otherwise."""
+    port: int = 8000
+    voices: tuple[str, ...] = (DEFAULT_VOICE,)
+    """Voices loaded at start (the first is the default); requests may use only these."""
+    device: str = "auto"
+    dtype: str | None = None
+    max_batch_size: int = _SCHED.max_batch_size
+    max_batch_phonemes: int = _SCHED.max_batch_phonemes
+    max_wait_ms: float = _SCHED.max_wait_ms
+    max_starve_ms: float = _SCHED.max_starve_ms
+    """A request waiting this long for its next sentence is served before any priority."""
+    max_queue: int = _SCHED.max_queued_sentences
+    """Sentences queued before new requests get 429."""
+    max_input_chars: int = _APP.max_input_chars
+    max_body_bytes: int = _APP.max_body_bytes
+    api_key: str | None = None
+    shutdown_timeout: float = _APP.shutdown_timeout_s
+    threads: int | None = None
+    """CPU intra-op threads for the model (None: PyTorch's default)."""
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
+                               max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
+                               max_queued_sentences=self.max_queue).validate()
+
+    def app_config(self) -> AppConfig:
+        return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
+                         max_body_bytes=self.max_body_bytes, shutdown_timeout_s=self.shutdown_timeout)
+
+
+_HELP = {
+    "host": "address to bind (default 127.0.0.1: this machine only)",
+    "port": "TCP port",
+    "voices": "voice to load, by name (repeatable; the first is the default)",
+    "device": "cpu, cuda, cuda:N or auto",
+    "dtype": "fp32 (default), fp16 or bf16 (CUDA)",
+    "max_batch_size": "sentences per batch",
+    "max_batch_phonemes": "phoneme ids per batch",
+    "max_wait_ms": "longest a sentence waits for companions before its batch starts",
+    "max_queue": "queued sentences beyond which new requests get 429",
+    "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
+    "max_input_chars": "longest input accepted (413 beyond)",
+    "max_body_bytes": "largest request body accepted (413 beyond)",
+    "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
+    "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
+    "threads": "CPU threads for the model",
+}
+
+
+def _env_name(field: str) -> str:
+    return "VOXSERVE_" + field.upper()
+
+
+def _convert(f, raw: str):
+    if f.name == "voices":
+        return tuple(v.strip() for v in raw.split(",") if v.strip())
+    if f.default is None or f.type in ("str | None",):
+        return raw
+    if f.name in ("port", "max_batch_size", "max_batch_phonemes", "max_queue", "max_input_chars",
+                  "max_body_bytes", "threads"):
+        return int(raw)
+    if f.name in ("max_wait_ms", "max_starve_ms", "shutdown_timeout"):
+        return float(raw)
+    return raw
+
+
+def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
+    kw = {}
+    for f in fields(ServeSettings):
+        v = getattr(ns, f.name, None)
+        if v is not None and v != []:
+            kw[f.name] = tuple(v) if f.name == "voices" else v
+            continue
+        raw = environ.get(_env_name(f.name))
+        if raw:
+            try:
+                kw[f.name] = _convert(f, raw)
+            except ValueError:
+                raise ValueError(f"environment variable {_env_name(f.name)}={raw!r} is not a valid {f.name}") from None
+    return ServeSettings(**kw)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    types = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
+             "max_input_chars": int, "max_body_bytes": int, "threads": int,
+             "max_wait_ms": float, "max_starve_ms": float, "shutdown_timeout": float}
+    for f in fields(ServeSettings):
+        flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
+        default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
+        help_ = f"{_HELP.get(f.name, '')} [env {_env_name(f.name)}; default {default_shown}]"
+        if f.name == "voices":
+            p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
+        else:
+            p.add_argument(flag, dest=f.name, type=types.get(f.name, str), default=None, help=help_)
+    p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
+    p.set_defaults(func=cmd_serve)
+
+
+def build_engine(settings: ServeSettings):
+    from .. import RuntimeOptions, load_voice
+    from ..engine import Engine, EngineConfig
+
+    runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
+    voices = {}
+    for name in settings.voices:
+        v = load_voice(name, device=settings.device, dtype=settings.dtype, runtime=runtime)
+        voices[v.name] = v
+    return Engine(voices, EngineConfig(scheduler=settings.scheduler_config()))
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    settings = settings_from(ns)
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
+        log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
+    engine = build_engine(settings)
+    app_config = settings.app_config()
+    if ns.no_warmup:
+        from dataclasses import replace
+
+        app_config = replace(app_config, warmup=False)
+    app = create_app(engine, app_config)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if ns.verbose else "warning",
+                            timeout_graceful_shutdown=int(max(1, settings.shutdown_timeout)),
+                            limit_concurrency=None, access_log=bool(ns.verbose))
+    server = uvicorn.Server(config)
+    print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port}", flush=True)
+    server.run()
+    return 0

@@ -1,0 +1,97 @@
+"""Request and response bodies of the HTTP API (pydantic). Value checks that are about the
+voice or the options (speed range, unknown speaker, ...) are left to the library's own
+validation so that they come back as 400 with the library's message; the schema only rejects
+what is malformed (422)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# OpenAI's voice names. They map to the server's default voice (the first --voice), since no
+# Piper voice is a copy of them; a client written for OpenAI then works unchanged.
+OPENAI_VOICES = frozenset({
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
+    "marin", "cedar",
+})
+# Model names OpenAI clients send; all of them mean "this server's engine".
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+MODEL_ID = "voxserve"
+
+ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+
+class SpeechRequest(BaseModel):
+    """POST /v1/audio/speech (OpenAI)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, max_length=200)
+    input: str
+    voice: str = Field(min_length=1, max_length=200)
+    response_format: ResponseFormat = "mp3"
+    speed: float = 1.0
+    """0.25 - 4.0 (checked by the handler: out of range is a 400, as OpenAI answers)."""
+    instructions: str | None = None
+    """Accepted and ignored: Piper voices take no style prompt."""
+    stream_format: Literal["audio"] = "audio"
+    """Only raw audio streaming ('sse' is not offered)."""
+
+
+class SynthesizeRequest(BaseModel):
+    """POST /v1/synthesize (native): every SynthesisOptions field, the voice and the speaker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    voice: str | None = Field(default=None, max_length=200)
+    """A voice loaded on this server; None = the default voice."""
+    speaker: int | str | None = None
+    speed: float | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    sentence_silence: float | None = None
+    seed: int | None = None
+    response_format: ResponseFormat = "wav"
+    stream: bool = False
+    """True: chunked bytes as sentences are made; False: the whole file, with Content-Length."""
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape."""
+
+    error: ErrorBody
+
+
+class VoiceInfo(BaseModel):
+    name: str
+    family: str
+    sample_rate: int
+    speakers: list[str]
+    default: bool
+
+
+class VoicesResponse(BaseModel):
+    voices: list[VoiceInfo]
+    openai_aliases: list[str]
+    """OpenAI voice names accepted by /v1/audio/speech; they mean the default voice."""
+
+
+class ModelInfo(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "voxserve"
+
+
+class ModelsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelInfo]

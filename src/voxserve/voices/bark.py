@@ -1,0 +1,453 @@
+"""Bark voices: a local `transformers` Bark checkpoint behind voxserve's Voice API.
+
+A checkpoint directory is what `BarkModel.save_pretrained` + `BarkProcessor.save_pretrained`
+write, or a downloaded `suno/bark-small` / `suno/bark` snapshot: config.json,
+generation_config.json, weights (model.safetensors or pytorch_model.bin, possibly sharded),
+the tokenizer (tokenizer.json or vocab.txt, tokenizer_config.json) and, optionally,
+speaker_embeddings_path.json + speaker_embeddings/*.npy (the speaker presets). Speaker presets
+may also be `.npz` files (semantic_prompt, coarse_prompt, fine_prompt) under `DIR/presets/`
+(named by their path below it, without `.npz`) or given to `load_bark_voice(presets=...)`.
+Nothing is ever downloaded.
+
+    voice = voxserve.load_voice("bark:/models/bark-small")
+    voice.synthesize("Hello there.", SynthesisOptions(speaker="v2/en_speaker_6", seed=1))
+
+`load_voice` takes `runtime=BarkRuntimeOptions(...)` for how it runs (attention, CPU offload);
+`load_bark_voice(..., config=BarkVoiceConfig(...))` changes a voice's defaults (temperatures,
+sentence length). Per request: SynthesisOptions.speaker (a preset name), .seed, .temperature.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
+from ..options import SynthesisOptions
+from ..text.frontend import check_text
+from ..text.normalize import normalize_unicode
+from ..text.split import split_long, split_sentences
+from ..voice import Unit, Voice, sentence_seed
+
+log = logging.getLogger(__name__)
+
+# Read English speech runs at about 150 words a minute, ~14 characters a second with spaces.
+# Wide (CJK) characters are each about a syllable: ~3 Latin characters' worth of time.
+CHARS_PER_SECOND = 14.0
+WIDE_CHAR_WEIGHT = 3
+SONG = "\u266a"  # ♪ marks singing for Bark: kept, although normalisation drops other symbols
+
+PRESET_KEYS = {"semantic_prompt": 1, "coarse_prompt": 2, "fine_prompt": 2}  # key -> ndim
+ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+
+
+@dataclass(frozen=True)
+class BarkRuntimeOptions:
+    """How a Bark voice runs (not what it says)."""
+
+    attention: str = "sdpa"
+    """'sdpa' (fused scaled-dot-product attention), 'eager' (transformers' reference path), or
+    'flash_attention_2' (needs the flash-attn package, CUDA and fp16/bf16)."""
+    offload: bool = False
+    """CPU offload (the seed's enable_cpu_offload): keep the stages in pinned host memory and
+    move each to the GPU only while it runs (lower peak memory, one weight copy per stage and
+    batch). No effect on CPU (logged)."""
+    threads: int | None = None
+    """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
+
+    def validate(self) -> "BarkRuntimeOptions":
+        if self.attention not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, not {self.attention!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("threads must be at least 1")
+        return self
+
+
+@dataclass(frozen=True)
+class BarkVoiceConfig:
+    """A Bark voice's defaults (what it says when a request leaves a field None)."""
+
+    default_speaker: str | None = None
+    """Preset used when a request names none; None = no history prompt (a random voice)."""
+    semantic_temperature: float = 0.7
+    coarse_temperature: float = 0.7
+    fine_temperature: float = 0.5
+    """Bark's own defaults (text_temp, waveform_temp, fine temp 0.5); 0 = greedy."""
+    min_eos_p: float | None = 0.2
+    """End a sentence once EOS has this probability (Bark's default); None = only at argmax."""
+    max_sentence_seconds: float = 10.0
+    """Longer sentences are split (estimated at 14 characters a second) so that no generation
+    runs into Bark's ~13-15 s window (768 semantic tokens at 49.9 Hz)."""
+
+    def validate(self) -> "BarkVoiceConfig":
+        for name in ("semantic_temperature", "coarse_temperature", "fine_temperature"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, not {v!r}")
+        if self.min_eos_p is not None and not 0 < self.min_eos_p <= 1:
+            raise ValueError(f"min_eos_p must be in (0, 1], not {self.min_eos_p!r}")
+        if not 1.0 <= self.max_sentence_seconds <= 14.0:
+            raise ValueError("max_sentence_seconds must be between 1 and 14 (Bark's window is ~13 s)")
+        return self
+
+
+# ---------------------------------------------------------------------- text
+def speech_weight(text: str) -> int:
+    """Length of `text` in Latin-character equivalents of speaking time."""
+    return sum(WIDE_CHAR_WEIGHT if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def normalize_bark_text(text: str) -> str:
+    """Unicode/typographic normalisation, keeping Bark's ♪ (singing) marks."""
+    parts = [normalize_unicode(p) for p in text.split(SONG)]
+    out = f" {SONG} ".join(parts) if len(parts) > 1 else parts[0]
+    return re.sub(r"[ \t]+", " ", out).strip()
+
+
+def has_speech(text: str) -> bool:
+    return any(unicodedata.category(ch)[0] in "LN" or ch == SONG for ch in text)
+
+
+# ---------------------------------------------------------------------- checkpoint
+def _weights_files(d: Path) -> list[str]:
+    """The weight files the directory needs, or [] if it names none."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (d / index).exists():
+            try:
+                return sorted(set(json.loads((d / index).read_text(encoding="utf-8"))["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError) as e:
+                raise VoiceLoadError(f"{d / index}: unreadable weight index ({e})") from e
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (d / single).exists():
+            return [single]
+    return []
+
+
+def check_checkpoint(d: Path) -> dict:
+    """Fail with a message naming what is missing; returns config.json's content."""
+    if not d.exists():
+        raise VoiceLoadError(f"Bark checkpoint directory not found: {d}")
+    if not d.is_dir():
+        raise VoiceLoadError(f"a Bark voice is a checkpoint directory, and {d} is not a directory")
+    cfg_path = d / "config.json"
+    if not cfg_path.exists():
+        raise VoiceLoadError(f"{d} is not a Bark checkpoint: config.json is missing "
+                             "(expected what BarkModel.save_pretrained writes, or a suno/bark snapshot)")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise VoiceLoadError(f"{cfg_path}: unreadable ({e})") from e
+    model_type = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if model_type != "bark":
+        raise VoiceLoadError(f"{d} is not a Bark checkpoint: config.json describes a "
+                             f"{model_type!r} model, not 'bark'")
+    missing = []
+    weights = _weights_files(d)
+    if not weights:
+        missing.append("model weights (model.safetensors or pytorch_model.bin)")
+    missing += [w for w in weights if not (d / w).exists()]
+    if not (d / "generation_config.json").exists():
+        missing.append("generation_config.json (Bark's semantic/coarse/fine generation settings)")
+    if not (d / "tokenizer.json").exists() and not (d / "vocab.txt").exists():
+        missing.append("the tokenizer (tokenizer.json or vocab.txt)")
+    if not (d / "tokenizer_config.json").exists():
+        missing.append("tokenizer_config.json")
+    if missing:
+        raise VoiceLoadError(f"incomplete Bark checkpoint {d}: missing " + "; ".join(missing))
+    return cfg
+
+
+def _inside(base: Path, rel: str) -> Path:
+    p = (base / rel)
+    if os.path.commonpath([os.path.abspath(base), os.path.abspath(p)]) != os.path.abspath(base):
+        raise VoiceLoadError(f"speaker preset path {rel!r} points outside {base}")
+    return p
+
+
+def _check_preset(name: str, arrays: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+    out = {}
+    for key, ndim in PRESET_KEYS.items():
+        if key not in arrays:
+            raise VoiceLoadError(f"speaker preset {name!r} ({where}): no {key}")
+        a = np.asarray(arrays[key])
+        if a.ndim != ndim or not np.issubdtype(a.dtype, np.integer):
+            raise VoiceLoadError(f"speaker preset {name!r} ({where}): {key} must be a {ndim}-D integer array, "
+                                 f"got shape {a.shape} {a.dtype}")
+        out[key] = a.astype(np.int64)
+    return out
+
+
+def check_preset_fits(name: str, arrays: Mapping[str, np.ndarray], runner) -> None:
+    """A preset's token ranges and codebook counts must be the model's (a preset made for
+    another model would fail deep inside generation otherwise)."""
+    limits = {
+        "semantic_prompt": (None, runner.semantic_config.semantic_vocab_size),
+        "coarse_prompt": (runner.n_coarse, runner.codebook_size),
+        "fine_prompt": (runner.fine_config.n_fine_codebooks, runner.codebook_size),
+    }
+    for key, (rows, vocab) in limits.items():
+        a = arrays[key]
+        if rows is not None and a.shape[0] != rows:
+            raise VoiceLoadError(f"speaker preset {name!r}: {key} has {a.shape[0]} codebooks, the model {rows}")
+        if a.size and (a.min() < 0 or a.max() >= vocab):
+            raise VoiceLoadError(f"speaker preset {name!r}: {key} has tokens outside 0..{vocab - 1} "
+                                 f"(min {a.min()}, max {a.max()}): made for another model?")
+
+
+def load_presets(d: Path, extra: Mapping[str, str | os.PathLike] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Speaker presets of a checkpoint directory: speaker_embeddings_path.json entries,
+    DIR/presets/**/*.npz, then `extra` ({name: .npz path}); later sources win."""
+    presets: dict[str, dict[str, np.ndarray]] = {}
+    index = d / "speaker_embeddings_path.json"
+    if index.exists():
+        try:
+            entries = json.loads(index.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise VoiceLoadError(f"{index}: unreadable ({e})") from e
+        unavailable = []
+        for name, files in entries.items():
+            if name == "repo_or_path":  # where transformers downloaded from; paths are relative to d
+                continue
+            if not isinstance(files, dict):
+                raise VoiceLoadError(f"{index}: entry {name!r} is not a mapping of prompt files")
+            paths = {k: _inside(d, str(files.get(k, ""))) for k in PRESET_KEYS}
+            if not all(k in files and p.is_file() for k, p in paths.items()):
+                unavailable.append(name)
+                continue
+            presets[name] = _check_preset(name, {k: np.load(p, allow_pickle=False) for k, p in paths.items()}, str(index))
+        if unavailable:
+            shown = ", ".join(unavailable[:5]) + (" ..." if len(unavailable) > 5 else "")
+            log.warning("%s: %d speaker presets listed without their files, left out: %s",
+                        d, len(unavailable), shown)
+    npz_dir = d / "presets"
+    sources = sorted(npz_dir.rglob("*.npz")) if npz_dir.is_dir() else []
+    named = [(p.relative_to(npz_dir).with_suffix("").as_posix(), p) for p in sources]
+    named += [(n, Path(p)) for n, p in (extra or {}).items()]
+    for name, p in named:
+        if not p.is_file():
+            raise VoiceLoadError(f"speaker preset {name!r}: file not found: {p}")
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                presets[name] = _check_preset(name, {k: z[k] for k in z.files}, str(p))
+        except (OSError, ValueError) as e:
+            raise VoiceLoadError(f"speaker preset {name!r}: unreadable {p} ({e})") from e
+    return presets
+
+
+# ---------------------------------------------------------------------- voice
+class BarkVoice(Voice):
+    """A Bark checkpoint (transformers' BarkModel) behind the Voice API. 24 kHz."""
+
+    family = "bark"
+
+    def __init__(self, name: str, runner, config: BarkVoiceConfig, presets: Mapping[str, dict], source_path=None):
+        self.name = name
+        self.runner = runner
+        self.config = config
+        self._presets = dict(presets)
+        self.source_path = source_path
+        self.sample_rate = int(runner.model.config.codec_config.sampling_rate)
+        self.tokenizer = runner.processor.tokenizer
+        if config.default_speaker is not None and config.default_speaker not in self._presets:
+            raise UnknownSpeakerError(config.default_speaker, name, self.speakers or 0)
+
+    def __repr__(self) -> str:
+        return f"BarkVoice({self.name!r}, device={self.runner.device}, sample_rate={self.sample_rate})"
+
+    @property
+    def device(self):
+        return self.runner.device
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted(self._presets)
+
+    def preset(self, name: str) -> dict[str, np.ndarray]:
+        return self._presets[name]
+
+    def resolve_speaker(self, speaker: int | str | None) -> str | None:
+        """A preset name, an index into `speakers`, or None (the voice's default)."""
+        if speaker is None:
+            return self.config.default_speaker
+        if isinstance(speaker, str) and speaker in self._presets:
+            return speaker
+        if isinstance(speaker, int) and 0 <= speaker < len(self._presets):
+            return self.speakers[speaker]
+        raise UnknownSpeakerError(speaker, self.name, self.speakers or 0)
+
+    # ---------------------------------------------------------------- seams
+    def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
+        check_text(text)
+        opts = (options or SynthesisOptions()).validate()
+        if opts.speed is not None and opts.speed != 1.0:
+            raise InvalidOptionError("speed", "Bark voices speak at their own rate; only 1.0 is supported")
+        speaker = self.resolve_speaker(opts.speaker)
+        c = self.config
+        if opts.temperature is None:
+            temps = (c.semantic_temperature, c.coarse_temperature, c.fine_temperature)
+        else:
+            t = float(opts.temperature)
+            temps = (t, t, c.fine_temperature if t > 0 else 0.0)
+
+        def gen() -> Iterator[Unit]:
+            n = 0
+            for piece in self.sentences(text):
+                item = self._item(piece, speaker, temps, sentence_seed(opts.seed, n))
+                yield Unit(n, piece, self.cost(piece), item)
+                n += 1
+            if n == 0:
+                raise UnpronounceableTextError(text)
+
+        return gen()
+
+    def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
+        return self.runner.run([u.payload for u in units])
+
+    # ---------------------------------------------------------------- text
+    def sentences(self, text: str) -> Iterator[str]:
+        """Sentences short enough for one generation, lazily, in order (pieces with nothing to
+        say are skipped). Split at sentence ends, then (split_long) at clauses and words so that
+        no piece is estimated over max_sentence_seconds nor over the prompt's token limit."""
+        limit = max(1, int(self.config.max_sentence_seconds * CHARS_PER_SECOND))
+        max_tokens = self.runner.max_text_tokens
+        for sent in split_sentences(normalize_bark_text(text)):
+            for piece in split_long(sent, limit, speech_weight):
+                for p in split_long(piece, max_tokens, self.count_tokens):
+                    if has_speech(p):
+                        yield p
+
+    def count_tokens(self, text: str) -> int:
+        with self.runner.tokenizer_lock:  # see BarkRunner.tokenizer_lock
+            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def cost(self, text: str) -> int:
+        """Batching cost: the sentence's length in Latin-character equivalents. Bark's work
+        grows with the speech it generates (about 3.6 semantic tokens per character); this
+        keeps the cost on the scale of a VITS voice's phoneme ids (about one per character),
+        so the engine's per-batch cost limit means the same for both families."""
+        return max(1, speech_weight(text))
+
+    def _item(self, text: str, speaker: str | None, temps: tuple[float, float, float], seed: int):
+        from ..runtime.bark_runner import BarkItem
+
+        return BarkItem(text, speaker, temps, seed)
+
+    def items(self, texts: Sequence[str], options: SynthesisOptions | None = None):
+        """One BarkItem per text, as given (no splitting): for tests and tools."""
+        units = [next(iter(self.units(t, options))) for t in texts]
+        return [replace(u.payload, text=t) for u, t in zip(units, texts)]
+
+
+# ---------------------------------------------------------------------- loading
+def load_bark_voice(
+    path: str | os.PathLike,
+    name: str | None = None,
+    device: str | None = "auto",
+    dtype: str | None = None,
+    runtime: BarkRuntimeOptions | None = None,
+    config: BarkVoiceConfig | None = None,
+    presets: Mapping[str, str | os.PathLike] | None = None,
+) -> BarkVoice:
+    """Load a local Bark checkpoint directory (never downloads).
+
+    device: "auto", "cpu", "cuda", "cuda:N". dtype: None/"fp32"; "fp16"/"bf16" need CUDA.
+    presets: extra speaker presets, {name: .npz path}.
+    """
+    d = Path(path).expanduser()
+    runtime = (runtime or BarkRuntimeOptions()).validate()
+    config = (config or BarkVoiceConfig()).validate()
+    check_checkpoint(d)
+    dev, dt = _device_and_dtype(device, dtype, runtime)
+    voice_presets = load_presets(d, presets)
+    BarkModel, BarkProcessor = _transformers_bark()
+    attn = "flash_attention_2" if runtime.attention == "flash_attention_2" else "eager"
+    try:
+        model = BarkModel.from_pretrained(d, dtype=dt, attn_implementation=attn, local_files_only=True)
+        # speaker presets are read above (paths checked, no hub look-ups)
+        processor = BarkProcessor.from_pretrained(d, speaker_embeddings_dict_path=None, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise VoiceLoadError(f"{d}: cannot load the Bark checkpoint: {e}") from e
+    vname = name if name and name != str(path) else d.name
+    return bark_voice_from_model(model, processor, vname, device=dev, dtype=dt, runtime=runtime, config=config,
+                                 presets=voice_presets, source_path=d)
+
+
+def bark_voice_from_model(
+    model,
+    processor,
+    name: str,
+    device: str | None = "auto",
+    dtype: str | None = None,
+    runtime: BarkRuntimeOptions | None = None,
+    config: BarkVoiceConfig | None = None,
+    presets: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    source_path: Path | None = None,
+) -> BarkVoice:
+    """A BarkVoice around a BarkModel + BarkProcessor already built (load_bark_voice's second
+    half; benchmarks use it for random-weight models built in memory). Applies the runtime
+    options (attention, dtype, offload) and the voice defaults."""
+    import torch
+
+    from ..models.bark import set_bark_attention
+    from ..runtime.bark_runner import BarkRunner
+
+    runtime = (runtime or BarkRuntimeOptions()).validate()
+    config = (config or BarkVoiceConfig()).validate()
+    dev, dt = _device_and_dtype(device, dtype, runtime)
+    if runtime.attention == "flash_attention_2" and model.config._attn_implementation != "flash_attention_2":
+        raise ValueError("flash_attention_2 is chosen when the model is built (attn_implementation=...)")
+    if dev.type == "cpu" and runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    model.eval().requires_grad_(False)
+    if next(model.parameters()).dtype != dt:
+        model.to(dtype=dt)
+    if runtime.attention in ("sdpa", "eager"):
+        set_bark_attention(model, runtime.attention)
+    # the voice's sentence-end rule goes into the semantic generation settings
+    gc = model.generation_config
+    if getattr(gc, "semantic_config", None) is not None:
+        gc.semantic_config = {**gc.semantic_config, "min_eos_p": config.min_eos_p}
+    voice_presets = dict(presets or {})
+    try:
+        runner = BarkRunner(model, processor, dev, dt, presets=lambda n: voice_presets[n],
+                            offload=runtime.offload)
+    except ValueError as e:
+        raise VoiceLoadError(f"{source_path or name}: {e}") from e
+    for preset_name, arrays in voice_presets.items():
+        check_preset_fits(preset_name, arrays, runner)
+    log.info("loaded Bark voice %s on %s (%s, attention %s%s)", name, dev, dt, runtime.attention,
+             ", cpu offload" if runner.offload else "")
+    return BarkVoice(name, runner, config, voice_presets, source_path=source_path)
+
+
+def _device_and_dtype(device, dtype, runtime: BarkRuntimeOptions):
+    import torch
+
+    from ..runtime.device import resolve_device, resolve_dtype
+
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if runtime.attention == "flash_attention_2":
+        from transformers.utils import is_flash_attn_2_available
+
+        if dev.type != "cuda" or dt == torch.float32 or not is_flash_attn_2_available():
+            raise ValueError("attention 'flash_attention_2' needs the flash-attn package, a CUDA device "
+                             "and dtype fp16 or bf16")
+    return dev, dt
+
+
+def _transformers_bark():
+    try:
+        from transformers import BarkModel, BarkProcessor
+    except ImportError as e:
+        raise VoiceLoadError("Bark voices need transformers: pip install 'voxserve[bark]'") from e
+    return BarkModel, BarkProcessor

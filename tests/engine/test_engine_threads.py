@@ -1,0 +1,182 @@
+"""Engine + async engine with a fake voice (no torch): ordering, isolation, cancellation,
+back-pressure, errors, several voices, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+from serve_fakes import FakeVoice
+
+from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
+from voxserve.errors import EmptyTextError, EngineClosedError, OverloadedError, UnpronounceableTextError
+
+
+def cfg(**kw) -> EngineConfig:
+    lookahead = kw.pop("frontend_lookahead", 4)
+    return EngineConfig(scheduler=SchedulerConfig(**{"max_wait_ms": 0, **kw}), frontend_lookahead=lookahead)
+
+
+def texts(n: int) -> list[str]:
+    return [". ".join(f"request {i} sentence {k}" for k in range(1 + (i * 5) % 9)) + "." for i in range(n)]
+
+
+async def _gather(ae: AsyncEngine, voice: str, ts: list[str]):
+    async def one(t):
+        return np.concatenate([c.samples for c in await ae.submit(voice, t).collect()])
+    return await asyncio.gather(*[one(t) for t in ts])
+
+
+def test_concurrent_requests_get_their_own_audio_in_order():
+    v = FakeVoice(delay_s=0.002)
+    ts = texts(24)
+    with Engine([v], cfg(max_batch_size=5)) as eng:
+        outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
+    for t, o in zip(ts, outs):
+        np.testing.assert_array_equal(o, v.expected(t))
+    assert max(v.batches) <= 5 and max(v.batches) > 1  # batched across requests
+    assert v.max_concurrent == 1  # one worker calls run_units
+    assert eng.sentences_run == sum(len(list(v.units(t))) for t in ts)
+
+
+def test_cancel_drops_pending_sentences_they_are_never_run():
+    v = FakeVoice(delay_s=0.05)  # 50 ms a batch: the cancel lands while batch 2 or 3 runs
+    v.gate = threading.Event()
+    long_text = ". ".join(f"sentence number {k}" for k in range(200)) + "."
+
+    async def main(eng):
+        s = AsyncEngine(eng).submit("fake", long_text)
+        first = await s.first()  # waits until the gate opens
+        assert first.index == 0
+        await s.aclose()  # the client goes away after one chunk
+        return s
+
+    with Engine([v], cfg(max_batch_size=2, frontend_lookahead=8)) as eng:
+        threading.Timer(0.2, v.gate.set).start()
+        asyncio.run(main(eng))
+        time.sleep(0.3)
+        run_after_cancel = len(v.run_texts)
+        time.sleep(0.2)
+        assert len(v.run_texts) == run_after_cancel  # nothing more runs
+        assert eng.in_flight == 0 and eng.queued_sentences() == 0
+    # the first sentence, then at most the two batches of 2 that ran before the cancel landed
+    assert run_after_cancel <= 5, run_after_cancel
+    assert eng.sentences_dropped >= 1
+
+
+def test_overload_refuses_new_requests_and_loses_nothing_accepted():
+    v = FakeVoice()
+    v.gate = threading.Event()
+    sink_events = []
+
+    class Sink:
+        def __init__(self, k):
+            self.k = k
+        def on_audio(self, i, a, t):
+            sink_events.append((self.k, i))
+        def on_done(self, n):
+            sink_events.append((self.k, "done", n))
+        def on_error(self, e):
+            sink_events.append((self.k, "error", e))
+
+    with Engine([v], cfg(max_batch_size=1, max_queued_sentences=4, frontend_lookahead=50)) as eng:
+        accepted, refused = [], 0
+        for k in range(20):
+            try:
+                eng.submit("fake", "one. two. three.", None, Sink(k))
+                accepted.append(k)
+            except OverloadedError as e:
+                refused += 1
+                assert e.retry_after_s >= 1
+            time.sleep(0.02)  # let the front end queue the sentences
+        assert refused > 0 and accepted
+        v.gate.set()
+        deadline = time.time() + 10
+        while eng.in_flight and time.time() < deadline:
+            time.sleep(0.01)
+    done = {e[0] for e in sink_events if e[1] == "done"}
+    assert done == set(accepted)  # every accepted request completed, with all three sentences
+    for k in accepted:
+        assert [e[1] for e in sink_events if e[0] == k and e[1] != "done"] == [0, 1, 2]
+
+
+def test_bad_input_raises_at_submit_and_unpronounceable_arrives_as_error():
+    v = FakeVoice()
+
+    async def main(eng):
+        ae = AsyncEngine(eng)
+        with pytest.raises(EmptyTextError):
+            ae.submit("fake", "   ")
+        s = ae.submit("fake", "... 123 ...")
+        with pytest.raises(UnpronounceableTextError):
+            await s.first()
+
+    with Engine([v], cfg()) as eng:
+        asyncio.run(main(eng))
+        assert eng.in_flight == 0
+
+
+def test_several_voices_one_voice_per_batch():
+    a, b = FakeVoice("a", delay_s=0.001), FakeVoice("b", sample_rate=8000, delay_s=0.001)
+    ts = texts(10)
+
+    async def main(eng):
+        ae = AsyncEngine(eng)
+        return await asyncio.gather(_gather(ae, "a", ts), _gather(ae, "b", ts))
+
+    with Engine([a, b], cfg(max_batch_size=4)) as eng:
+        oa, ob = asyncio.run(main(eng))
+    for t, x, y in zip(ts, oa, ob):
+        np.testing.assert_array_equal(x, a.expected(t))
+        np.testing.assert_array_equal(y, b.expected(t))
+    assert a.run_texts and b.run_texts
+
+
+def test_shutdown_finishes_in_flight_then_refuses():
+    v = FakeVoice(delay_s=0.01)
+    eng = Engine([v], cfg(max_batch_size=2)).start()
+    got = []
+
+    class Sink:
+        def on_audio(self, i, a, t):
+            got.append(i)
+        def on_done(self, n):
+            got.append("done")
+        def on_error(self, e):
+            got.append(e)
+
+    eng.submit("fake", "a. b. c. d. e.", None, Sink())
+    assert eng.shutdown(timeout=10)
+    assert got == [0, 1, 2, 3, 4, "done"]
+    with pytest.raises(EngineClosedError):
+        eng.submit("fake", "again.", None, Sink())
+
+
+def test_step_by_hand_without_threads():
+    v = FakeVoice()
+    eng = Engine([v], cfg(max_batch_size=3)).start(threads=False)
+    out = []
+
+    class Sink:
+        def on_audio(self, i, a, t):
+            out.append(i)
+        def on_done(self, n):
+            out.append("done")
+        def on_error(self, e):
+            raise e
+
+    eng.submit("fake", "a. b. c. d.", None, Sink())
+    deadline = time.time() + 5
+    while eng.queued_sentences() < 4 and time.time() < deadline:
+        time.sleep(0.01)  # the front end runs on its pool
+    b = eng.step()
+    assert len(b) == 3
+    assert eng.step() is not None
+    deadline = time.time() + 5
+    while "done" not in out and time.time() < deadline:
+        time.sleep(0.01)  # the front end finds the end of the text on its pool
+    assert out == [0, 1, 2, 3, "done"]
+    eng.shutdown(1)

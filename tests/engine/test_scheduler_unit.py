@@ -1,0 +1,254 @@
+"""Scheduler unit tests: pure Python, a fake runner and a fake clock (no torch, no threads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voxserve.engine.scheduler import Scheduler, SchedulerConfig
+
+
+def run_all(s: Scheduler, now: float = 100.0, limit: int = 10_000):
+    """Fake runner: schedule until empty (force: no waiting). Returns the batches as
+    lists of (request, index)."""
+    out = []
+    for _ in range(limit):
+        b = s.schedule(now, force=True)
+        if b is None:
+            return out
+        out.append([(it.request_id, it.index) for it in b.items])
+        s.complete(b)
+    raise AssertionError("scheduler did not drain")
+
+
+def add(s: Scheduler, rid, n: int, cost: int = 10, now: float = 0.0, voice="v", streaming=False):
+    s.add_request(rid, voice, streaming=streaming)
+    for i in range(n):
+        assert s.add_item(rid, i, cost, payload=(rid, i), now=now)
+
+
+def test_batch_size_limit():
+    s = Scheduler(SchedulerConfig(max_batch_size=4, max_batch_phonemes=10_000, max_wait_ms=0))
+    add(s, "a", 10)
+    batches = run_all(s)
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert [i for b in batches for _, i in b] == list(range(10))  # in order
+
+
+def test_phoneme_limit_and_oversized_item_runs_alone():
+    s = Scheduler(SchedulerConfig(max_batch_size=16, max_batch_phonemes=100, max_wait_ms=0, max_length_ratio=0))
+    add(s, "a", 5, cost=40)
+    add(s, "big", 1, cost=500)
+    batches = run_all(s)
+    for b in batches:
+        cost = sum(500 if r == "big" else 40 for r, _ in b)
+        assert cost <= 100 or len(b) == 1
+    assert ["big"] in [[r for r, _ in b] for b in batches]
+    assert sum(len(b) for b in batches) == 6
+
+
+def test_waits_for_companions_at_most_max_wait():
+    s = Scheduler(SchedulerConfig(max_batch_size=4, max_wait_ms=50))
+    add(s, "a", 1, now=10.0)
+    assert s.schedule(10.0) is None  # not full, not old enough
+    assert s.next_deadline(10.0) == pytest.approx(0.05)
+    assert s.schedule(10.049) is None
+    b = s.schedule(10.050)
+    assert b is not None and len(b) == 1
+
+
+def test_full_batch_starts_without_waiting():
+    s = Scheduler(SchedulerConfig(max_batch_size=4, max_wait_ms=1000))
+    add(s, "a", 4, now=10.0)
+    assert s.next_deadline(10.0) == 0.0
+    assert len(s.schedule(10.0)) == 4
+
+
+def test_nothing_queued():
+    s = Scheduler()
+    assert s.schedule(0.0, force=True) is None
+    assert s.next_deadline(0.0) is None
+
+
+def test_round_robin_fairness_long_request_does_not_block_short():
+    cfg = SchedulerConfig(max_batch_size=4, max_wait_ms=0, max_batch_phonemes=10_000)
+    s = Scheduler(cfg)
+    add(s, "long", 1000)
+    first = s.schedule(0.0, force=True)  # the long request has the worker to itself
+    assert [it.request_id for it in first.items] == ["long"] * 4
+    s.complete(first)
+    add(s, "short", 1)  # arrives while `long` has 996 queued
+    nxt = s.schedule(0.0, force=True)
+    assert "short" in [it.request_id for it in nxt.items]  # at most one batch of delay
+
+
+def test_round_robin_interleaves_requests():
+    s = Scheduler(SchedulerConfig(max_batch_size=3, max_wait_ms=0, max_batch_phonemes=10_000))
+    add(s, "a", 3)
+    add(s, "b", 3)
+    add(s, "c", 3)
+    batches = run_all(s)
+    assert [sorted(r for r, _ in b) for b in batches] == [["a", "b", "c"]] * 3
+
+
+def test_streaming_first_sentence_goes_ahead():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
+    add(s, "batch1", 2)
+    add(s, "batch2", 2)
+    add(s, "stream", 3, streaming=True)
+    order = [b[0] for b in run_all(s, now=0.0)]  # nobody has waited max_starve_ms
+    assert order[0] == ("stream", 0)
+    # after its first sentence the stream takes its turn like any other request
+    assert order.index(("stream", 1)) > order.index(("batch1", 0))
+
+
+def test_a_new_request_joins_the_current_round_and_nothing_starves():
+    # closed loop: a one-sentence request arrives after every batch; a 5-sentence request
+    # must still progress every round (round-robin, not "newest first")
+    s = Scheduler(SchedulerConfig(max_batch_size=2, max_wait_ms=0, max_batch_phonemes=10_000))
+    add(s, "multi", 5)
+    done_at = None
+    for k in range(20):
+        add(s, f"new{k}", 1, streaming=False)
+        b = s.schedule(0.0, force=True)
+        s.complete(b)
+        if s.pending_items("multi") == 0:
+            done_at = k
+            break
+    assert done_at is not None and done_at <= 5
+
+
+def test_starving_request_goes_before_first_sentence_priority():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=1000))
+    add(s, "old", 2, now=0.0)
+    b = s.schedule(0.0, force=True)
+    s.complete(b)  # old served at t=0
+    add(s, "stream", 1, now=0.5, streaming=True)
+    assert s.schedule(0.6, force=True).items[0].request_id == "stream"  # fresh: the stream first
+    add(s, "stream2", 1, now=1.5, streaming=True)
+    assert s.schedule(1.6, force=True).items[0].request_id == "old"  # waited 1.6 s: it goes first
+
+
+def test_items_of_a_request_leave_in_order_even_when_grouping_skips():
+    s = Scheduler(SchedulerConfig(max_batch_size=4, max_wait_ms=0, max_length_ratio=2.0, max_batch_phonemes=10_000))
+    s.add_request("a", "v")
+    costs = [10, 100, 10, 10, 100, 10]
+    for i, c in enumerate(costs):
+        s.add_item("a", i, c, None, 0.0)
+    add(s, "b", 4, cost=10)
+    seen = {"a": [], "b": []}
+    for b in run_all(s):
+        for r, i in b:
+            seen[r].append(i)
+    assert seen["a"] == list(range(6)) and seen["b"] == list(range(4))
+
+
+def test_length_aware_grouping_limits_spread():
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_wait_ms=0, max_length_ratio=2.0, max_batch_phonemes=10_000))
+    costs = {"s1": 20, "L1": 200, "s2": 25, "L2": 210, "s3": 30, "L3": 190}
+    for rid, c in costs.items():
+        s.add_request(rid, "v")
+        s.add_item(rid, 0, c, None, 0.0)
+    batches = run_all(s)
+    for b in batches:
+        cs = [costs[r] for r, _ in b]
+        assert max(cs) <= 2.0 * min(cs)
+    assert len(batches) == 2
+
+
+def test_grouping_does_not_starve_a_skipped_item():
+    s = Scheduler(SchedulerConfig(max_batch_size=2, max_wait_ms=0, max_length_ratio=2.0, max_batch_phonemes=10_000))
+    s.add_request("long", "v")
+    s.add_item("long", 0, 300, None, 0.0)
+    # a steady stream of short requests arriving behind it
+    served_at = None
+    for k in range(20):
+        rid = f"s{k}"
+        s.add_request(rid, "v")
+        s.add_item(rid, 0, 10, None, 0.0)
+        b = s.schedule(0.0, force=True)
+        s.complete(b)
+        if any(it.request_id == "long" for it in b.items):
+            served_at = k
+            break
+    assert served_at is not None and served_at <= 1
+
+
+def test_cancellation_drops_queued_items():
+    s = Scheduler(SchedulerConfig(max_batch_size=2, max_wait_ms=0))
+    add(s, "a", 5)
+    add(s, "b", 2)
+    b = s.schedule(0.0, force=True)
+    s.complete(b)
+    assert s.cancel("a") == 4
+    assert not s.add_item("a", 5, 10, None, 0.0)  # late front-end output is refused
+    rest = run_all(s)
+    assert all(r == "b" for batch in rest for r, _ in batch)
+    assert s.queued == 0 and s.queued_cost == 0
+
+
+def test_back_pressure_refuses_new_requests_not_accepted_items():
+    s = Scheduler(SchedulerConfig(max_queued_sentences=5, max_wait_ms=0))
+    add(s, "a", 5)
+    assert not s.admit()
+    assert s.add_item("a", 5, 10, None, 0.0)  # an accepted request keeps adding sentences
+    assert s.queued == 6
+    got = run_all(s)
+    assert sum(len(b) for b in got) == 6  # nothing accepted is lost
+    assert s.admit()
+
+
+def test_voices_take_turns_one_voice_per_batch():
+    s = Scheduler(SchedulerConfig(max_batch_size=2, max_wait_ms=0))
+    add(s, "a", 4, voice="v1")
+    add(s, "b", 4, voice="v2")
+    voices = []
+    while (b := s.schedule(0.0, force=True)) is not None:
+        assert len({it.request_id for it in b.items}) == 1  # one voice per batch here
+        voices.append(b.voice)
+        s.complete(b)
+    assert voices == ["v1", "v2", "v1", "v2"]
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        SchedulerConfig(max_batch_size=0).validate()
+    with pytest.raises(ValueError):
+        SchedulerConfig(max_wait_ms=-1).validate()
+    with pytest.raises(ValueError):
+        SchedulerConfig(max_length_ratio=0.5).validate()
+
+
+def test_fake_runner_random_workload_every_item_once_in_order():
+    import random
+
+    rng = random.Random(0)
+    s = Scheduler(SchedulerConfig(max_batch_size=5, max_batch_phonemes=300, max_wait_ms=0, max_length_ratio=3.0))
+    expected = {}
+    for r in range(30):
+        n = rng.randint(1, 12)
+        s.add_request(r, rng.choice(["v1", "v2"]), streaming=rng.random() < 0.5)
+        for i in range(n):
+            s.add_item(r, i, rng.randint(5, 200), None, 0.0)
+        expected[r] = n
+    s.cancel(3)
+    expected.pop(3)
+    seen: dict = {}
+    for b in run_all(s):
+        assert len(b) <= 5
+        for r, i in b:
+            seen.setdefault(r, []).append(i)
+    assert seen == {r: list(range(n)) for r, n in expected.items()}
+
+
+def test_shortest_remaining_first_once_known():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
+    add(s, "long", 6)
+    add(s, "short", 2)
+    s.input_done("long")
+    s.input_done("short")
+    order = [b[0][0] for b in run_all(s, now=0.0)]
+    assert order[:2] == ["short", "short"]
+    s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, shortest_first=False))
+    add(s2, "long", 3)
+    add(s2, "short", 2)
+    assert [b[0][0] for b in run_all(s2, now=0.0)] == ["long", "short", "long", "short", "long"]
