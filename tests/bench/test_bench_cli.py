@@ -76,45 +76,6 @@ def test_unknown_configuration_is_a_usage_error(tiny_voice_path, capsys):
     assert "unknown configuration" in capsys.readouterr().err
 
 
-def test_from_json_writes_report_json_plots_and_a_docs_section(tiny_result, tmp_path, capsys):
-    saved = tmp_path / "saved.json"
-    saved.write_text(json.dumps(tiny_result))
-    docs = tmp_path / "docs" / "benchmarks.md"
-    docs.parent.mkdir()
-    docs.write_text(
-        "# Benchmarks\n\nHand-written intro.\n\n<!-- voxserve-bench:cpu:begin -->\nold\n"
-        "<!-- voxserve-bench:cpu:end -->\n\nHand-written outro.\n"
-    )
-    out = tmp_path / "out"
-    rc = main(
-        [
-            "bench",
-            "--from-json",
-            str(saved),
-            "--markdown",
-            str(docs),
-            "--plot",
-            str(tmp_path / "docs" / "img"),
-            "--json",
-            str(tmp_path / "copy.json"),
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0
-    stdout = capsys.readouterr().out
-    assert "### 2. Configurations side by side" in stdout
-    text = docs.read_text()
-    assert text.startswith("# Benchmarks\n\nHand-written intro.") and text.rstrip().endswith(
-        "Hand-written outro."
-    )
-    assert "old" not in text and "### 1. Sequential vs batched synthesis" in text
-    assert "](img/latency_vs_batch.png)" in text  # links relative to the Markdown file
-    assert json.loads((tmp_path / "copy.json").read_text()) == tiny_result
-    assert {p.name for p in out.iterdir()} >= {"bench.json", "report.md"}
-    assert (tmp_path / "docs" / "img" / "throughput_vs_batch.png").exists()
-
-
 def test_from_json_rejects_a_broken_file(tmp_path, capsys):
     f = tmp_path / "bad.json"
     f.write_text(json.dumps({"schema": "voxserve.bench/1"}))

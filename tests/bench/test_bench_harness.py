@@ -10,8 +10,55 @@ import math
 
 import pytest
 
-from voxserve.bench import SchemaError, render_markdown, validate_result, write_plots
+from voxserve.bench import (
+    ArmSpec,
+    BenchSettings,
+    SchemaError,
+    render_markdown,
+    run_bench,
+    validate_result,
+    write_plots,
+)
 from voxserve.bench.arms import CPU_ARMS, CUDA_ARMS, availability, runtime_fields
+from voxserve.cli import main
+
+# one tiny real run shared by this module's tests (a conftest.py here would shadow other
+# directories' `from conftest import ...`)
+VOX = next(a for a in CPU_ARMS if a.name == "vox-cpu")
+NOCL = next(a for a in CPU_ARMS if a.name == "vox-cpu-nocl")
+PIPER = next(a for a in CPU_ARMS if a.name == "piper-cpu")
+MISSING = ArmSpec(
+    "vox-cpu-future", "voxserve with a field this build lacks", runtime={"no_such_field_yet": True}
+)
+
+
+def tiny_settings(voice, **kw) -> BenchSettings:
+    base = dict(
+        voice=str(voice),
+        device="cpu",
+        runs=2,
+        warmup=1,
+        sizes=(1, 2),
+        batches=(1, 2),
+        categories=("short", "medium"),
+        texts_per_category=1,
+        memory_largest_only=True,
+        jobs=2,
+    )
+    base.update(kw)
+    return BenchSettings(**base)
+
+
+@pytest.fixture(scope="module")
+def tiny_result(tiny_voice_path):
+    """One real run: voxserve (two CPU configurations), Piper, and a configuration whose
+    RuntimeOptions field does not exist; peak memory through child processes."""
+    return run_bench(
+        tiny_settings(tiny_voice_path),
+        progress=False,
+        command="voxserve bench (test)",
+        arms=[VOX, NOCL, MISSING, PIPER],
+    )
 
 
 def test_tiny_run_fits_the_schema_and_survives_json(tiny_result):
@@ -191,3 +238,42 @@ def test_cuda_rows_say_why_they_cannot_run_here():
                 or "not available in this build" in why
                 or "CUDAExecutionProvider" in why
             ), (a.name, why)
+
+
+def test_from_json_writes_report_json_plots_and_a_docs_section(tiny_result, tmp_path, capsys):
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(tiny_result))
+    docs = tmp_path / "docs" / "benchmarks.md"
+    docs.parent.mkdir()
+    docs.write_text(
+        "# Benchmarks\n\nHand-written intro.\n\n<!-- voxserve-bench:cpu:begin -->\nold\n"
+        "<!-- voxserve-bench:cpu:end -->\n\nHand-written outro.\n"
+    )
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "bench",
+            "--from-json",
+            str(saved),
+            "--markdown",
+            str(docs),
+            "--plot",
+            str(tmp_path / "docs" / "img"),
+            "--json",
+            str(tmp_path / "copy.json"),
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    stdout = capsys.readouterr().out
+    assert "### 2. Configurations side by side" in stdout
+    text = docs.read_text()
+    assert text.startswith("# Benchmarks\n\nHand-written intro.") and text.rstrip().endswith(
+        "Hand-written outro."
+    )
+    assert "old" not in text and "### 1. Sequential vs batched synthesis" in text
+    assert "](img/latency_vs_batch.png)" in text  # links relative to the Markdown file
+    assert json.loads((tmp_path / "copy.json").read_text()) == tiny_result
+    assert {p.name for p in out.iterdir()} >= {"bench.json", "report.md"}
+    assert (tmp_path / "docs" / "img" / "throughput_vs_batch.png").exists()

@@ -79,6 +79,7 @@ CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm(
         "vox-cpu-padded", "voxserve, decode_layout padded", runtime={"decode_layout": "padded"}, quick=False
     ),
+    _arm("vox-cpu-nofold", "voxserve, fold_average off", runtime={"fold_average": False}, quick=False),
     _arm(
         "vox-cpu-skew",
         "voxserve, attention skew (VITS reference)",
@@ -88,19 +89,33 @@ CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm(
         "vox-cpu-plain",
         "voxserve, all CPU features off",
-        runtime={"cpu_channels_last": False, "decode_layout": "padded", "attention": "skew"},
+        runtime={
+            "cpu_channels_last": False,
+            "decode_layout": "padded",
+            "fold_average": False,
+            "attention": "skew",
+        },
         quick=False,
     ),
     _arm("piper-cpu", "Piper (onnxruntime CPU)", engine="piper", reference=True, stream=True),
     _arm("piper-cpu-t1", "Piper (onnxruntime CPU), 1 thread", engine="piper", threads=1, quick=False),
 )
 
-# CUDA: precision, CUDA Graphs, torch.compile and CPU offload, each on and off. The last three
-# are RuntimeOptions fields the GPU work adds; until they exist the rows say so.
+# CUDA: precision, CUDA Graphs, torch.compile and CPU offload, each on and off. CUDA Graphs
+# are on by default on CUDA (cuda_graphs=None), so the "off" rows say cuda_graphs=False; offload
+# cannot be combined with graphs. "defaults" is what load_voice(device="cuda") gives a user.
+_NO_GRAPHS = {"cuda_graphs": False}
 CUDA_ARMS: tuple[ArmSpec, ...] = (
-    _arm("vox-cuda-fp32", "voxserve CUDA fp32", device="cuda", primary=True, stream=True),
-    _arm("vox-cuda-fp16", "voxserve CUDA fp16", device="cuda", dtype="fp16", stream=True),
-    _arm("vox-cuda-bf16", "voxserve CUDA bf16", device="cuda", dtype="bf16"),
+    _arm(
+        "vox-cuda-fp32",
+        "voxserve CUDA fp32, no graphs",
+        device="cuda",
+        runtime=_NO_GRAPHS,
+        primary=True,
+        stream=True,
+    ),
+    _arm("vox-cuda-fp16", "voxserve CUDA fp16, no graphs", device="cuda", dtype="fp16", runtime=_NO_GRAPHS),
+    _arm("vox-cuda-bf16", "voxserve CUDA bf16, no graphs", device="cuda", dtype="bf16", runtime=_NO_GRAPHS),
     _arm(
         "vox-cuda-fp32-graphs",
         "voxserve CUDA fp32 + CUDA Graphs",
@@ -116,10 +131,19 @@ CUDA_ARMS: tuple[ArmSpec, ...] = (
         stream=True,
     ),
     _arm(
+        "vox-cuda-bf16-graphs",
+        "voxserve CUDA bf16 + CUDA Graphs",
+        device="cuda",
+        dtype="bf16",
+        runtime={"cuda_graphs": True},
+        quick=False,
+    ),
+    _arm("vox-cuda-defaults", "voxserve CUDA, load_voice defaults", device="cuda", stream=True),
+    _arm(
         "vox-cuda-fp32-offload",
         "voxserve CUDA fp32 + CPU offload",
         device="cuda",
-        runtime={"offload": True},
+        runtime={"offload": True, "cuda_graphs": False},
         quick=False,
     ),
     _arm(
@@ -127,7 +151,7 @@ CUDA_ARMS: tuple[ArmSpec, ...] = (
         "voxserve CUDA fp16 + CPU offload",
         device="cuda",
         dtype="fp16",
-        runtime={"offload": True},
+        runtime={"offload": True, "cuda_graphs": False},
     ),
     _arm(
         "piper-cuda",
@@ -143,7 +167,7 @@ CUDA_ARMS: tuple[ArmSpec, ...] = (
         "vox-cuda-fp32-compile",
         "voxserve CUDA fp32 + compile",
         device="cuda",
-        runtime={"compile": True},
+        runtime={"compile": True, "cuda_graphs": False},
         quick=False,
     ),
     _arm(
@@ -151,7 +175,7 @@ CUDA_ARMS: tuple[ArmSpec, ...] = (
         "voxserve CUDA fp16 + compile",
         device="cuda",
         dtype="fp16",
-        runtime={"compile": True},
+        runtime={"compile": True, "cuda_graphs": False},
         quick=False,
     ),
     _arm(
