@@ -147,7 +147,8 @@ def _header(result: dict) -> str:
         )
         + ". voxserve's noise is seeded, so every round does the same work.",
         "RTF = compute seconds / audio seconds (lower is better); throughput = audio seconds per second "
-        "(higher is better).",
+        "(higher is better). *(fastest)*: the quickest timed run, what the machine does when nothing "
+        "else competes for it; the median is the figure.",
         "**× Piper** columns compare with the Piper reference (`piper-tts`'s `PiperVoice`, same voice file, "
         "same phoneme ids) measured in the same run: for time, Piper's time / this time (above 1: faster "
         "than Piper); for throughput, this / Piper; for memory, this peak / Piper's peak (below 1: smaller).",
@@ -268,7 +269,14 @@ def _configs(result: dict, sec: dict) -> str:
             + "):",
             "",
         ]
-        header = ["Configuration", "Latency (s)", "RTF", "Throughput (audio s/s)", "Sentences/s", mh]
+        header = [
+            "Configuration",
+            "Latency (s), median (fastest)",
+            "RTF",
+            "Throughput (audio s/s)",
+            "Sentences/s",
+            mh,
+        ]
         for r in refs:
             header += [f"× {labels[r]} speed", f"× {labels[r]} memory"]
         rows = []
@@ -282,7 +290,7 @@ def _configs(result: dict, sec: dict) -> str:
                 continue
             cells = [
                 a["label"] + (" (reference)" if row["arm"] in refs else ""),
-                fs(row["latency_s"]["median"]),
+                f"{fs(row['latency_s']['median'])} ({fs(row['latency_s']['min'])})",
                 fs(row["rtf"]),
                 fs(row["throughput"]),
                 fs(row["sentences_per_s"]),
