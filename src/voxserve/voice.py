@@ -83,6 +83,10 @@ class Voice(ABC):
         the copy-out of one batch with the compute of the next override this."""
         return PendingResult(self.run_units(units))
 
+    def warmup(self) -> None:
+        """Get ready for traffic (servers call this before reporting ready)."""
+        self.synthesize("Warm up.")
+
     def silence_after(self, options: SynthesisOptions | None) -> float:
         return float(options.sentence_silence or 0.0) if options else 0.0
 
@@ -213,6 +217,10 @@ class VitsVoice(Voice):
 
     def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
         return self.runner.run([u.payload for u in units])
+
+    def warmup(self) -> None:
+        """CUDA: capture the graph grid; CPU: create the kernels of every shape bucket."""
+        self.runner.warmup()
 
     def submit_units(self, units: Sequence[Unit]):
         """Device work now, audio copy-out in flight (CUDA: on a side stream)."""

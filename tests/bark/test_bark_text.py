@@ -71,6 +71,15 @@ def test_cost_grows_with_length(bark_voice):
     assert 0 < short < long
 
 
+def test_cost_is_on_the_scale_of_piper_phoneme_ids(bark_voice, joe_voice, corpus):
+    # one scheduler limit (max_batch_phonemes) bounds batches of both families: the same text
+    # should cost about the same as a Bark voice's units as it does as a Piper voice's
+    texts = [r["text"] for r in corpus if r["category"] in ("short", "medium", "long")]
+    bark = sum(u.cost for t in texts for u in bark_voice.units(t))
+    piper = sum(u.cost for t in texts for u in joe_voice.units(t))
+    assert 0.8 < bark / piper < 1.25, (bark, piper)
+
+
 def test_front_end_and_runner_from_several_threads(bark_voice):
     # the engine runs voice.units in front-end threads while its worker runs batches; fast
     # tokenizers raise "Already borrowed" when one object is used from two threads at once

@@ -252,3 +252,57 @@ def test_shortest_remaining_first_once_known():
     add(s2, "long", 3)
     add(s2, "short", 2)
     assert [b[0][0] for b in run_all(s2, now=0.0)] == ["long", "short", "long", "short", "long"]
+
+
+def drain_timed(s: Scheduler, seconds: dict, limit: int = 10_000):
+    """Fake runner with a fake device clock: a batch of voice v takes seconds[v]. Returns the
+    voices of the batches in order."""
+    out = []
+    clock = 0.0
+    for _ in range(limit):
+        b = s.schedule(clock, force=True)
+        if b is None:
+            return out
+        clock += seconds[b.voice]
+        s.complete(b, seconds[b.voice])
+        out.append(b.voice)
+    raise AssertionError("scheduler did not drain")
+
+
+def test_voices_share_the_device_by_time_not_by_batch():
+    # a slow voice (Bark-like: 5 s a batch) next to a fast one (VITS-like: 0.1 s a batch), both
+    # with a backlog. Strict turns would give the fast voice one batch per slow batch (its
+    # throughput tied to the slow voice's); by time it gets an equal share of the device.
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_queued_sentences=10_000))
+    add(s, "bark", 4, voice="slow")
+    add(s, "vits", 400, voice="fast")
+    order = drain_timed(s, {"slow": 5.0, "fast": 0.1})
+    assert order.count("slow") == 4 and order.count("fast") == 400
+    first_slow = order.index("slow")
+    second_slow = order.index("slow", first_slow + 1)
+    # between two slow batches the fast voice runs about one slow batch's worth (5 s / 0.1 s)
+    assert 45 <= second_slow - first_slow - 1 <= 51, order[:60]
+    # while both had work, neither used more than one batch over the other's device time
+    assert abs(s.voice_time("slow") - 4 * 5.0) < 1e-9
+
+
+def test_an_idle_voice_banks_no_device_time():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_queued_sentences=10_000))
+    add(s, "bark1", 10, voice="slow")
+    seconds = {"slow": 5.0, "fast": 0.1}
+    for _ in range(6):  # the slow voice runs alone for 30 s
+        b = s.schedule(0.0, force=True)
+        s.complete(b, seconds[b.voice])
+    add(s, "vits", 200, voice="fast")
+    order = drain_timed(s, seconds)
+    assert order[0] == "fast"  # the newcomer goes next: it waits for the batch in flight only
+    # ... but it has no 30 s of credit: the slow voice runs again after about one batch's worth
+    assert order.index("slow") <= 52, order[:60]
+
+
+def test_without_reported_times_voices_take_turns():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
+    add(s, "a", 3, voice="v1")
+    add(s, "b", 3, voice="v2")
+    add(s, "c", 3, voice="v3")
+    assert [b for b in drain_timed(s, {"v1": 0, "v2": 0, "v3": 0})] == ["v1", "v2", "v3"] * 3

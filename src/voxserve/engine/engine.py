@@ -141,7 +141,7 @@ class _Worker:
         # update: deliver in order, under the lock so that cancel() cannot interleave
         resume = []
         with self.cond:
-            self.scheduler.complete(batch)
+            self.scheduler.complete(batch, dt)  # the voice's device time: voices share the device fairly
             self.running_batch = 0
             for k, it in enumerate(batch.items):
                 r = eng._requests.get(it.request_id)

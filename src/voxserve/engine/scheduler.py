@@ -5,7 +5,14 @@ Model of the queue
 ------------------
 Each request is a FIFO of sentences ("items") that its text front end appends as it goes.
 Items of one request are always taken in order, so its audio comes back in order.
-A batch holds items of one voice only; voices with work take turns.
+A batch holds items of one voice only. Voices share the device by time (fair queueing between
+voices): the caller reports each batch's seconds to `complete`, and of the voices with a batch
+due, the one that has used the least device time goes next (ties: the least recently served).
+A voice whose batches are slow (Bark: seconds a sentence) thus cannot hold a fast one (VITS) to
+one batch per slow batch; each gets an equal share while both have work. A voice that had
+nothing to do banks no credit: it rejoins at the level of the least-served busy voice, so its
+next batch follows the batch in flight. Without reported times every voice stays at 0 and they
+simply take turns.
 
 Order of service (who goes first)
 ---------------------------------
@@ -55,7 +62,8 @@ class SchedulerConfig:
     max_batch_size: int = 8
     """Sentences per batch."""
     max_batch_phonemes: int = 256
-    """Phoneme ids per batch (sum of item costs); one item over it still runs, alone.
+    """Phoneme ids per batch (sum of item costs; Bark sentences cost 2 per character, about
+    what a Piper voice's do); one item over it still runs, alone.
     A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
     flight: 256 ids (about 3 s of audio, 2-6 short sentences) keeps that near a quarter of a
     second on an idle 2-core CPU (measured: at 8 clients, 256 halved the median latency of
@@ -137,7 +145,10 @@ class Scheduler:
         self.config = (config or SchedulerConfig()).validate()
         self._requests: dict[Hashable, _Request] = {}
         self._seq = itertools.count()
-        self._voice_turn: deque[Hashable] = deque()  # voices in turn order
+        self._voice_turn: deque[Hashable] = deque()  # voices in order of arrival
+        self._voice_time: dict[Hashable, float] = {}  # device seconds used, per voice (see module doc)
+        self._voice_served: dict[Hashable, int] = {}  # batch number of each voice's last batch
+        self._batches = itertools.count()
         self.queued = 0  # items waiting (not started)
         self.queued_cost = 0
 
@@ -150,6 +161,9 @@ class Scheduler:
         if request_id in self._requests:
             raise ValueError(f"request {request_id!r} already exists")
         active = [r.vserved for r in self._requests.values() if r.voice == voice and (r.queue or r.running)]
+        if not active:  # the voice was idle: it rejoins at the least-served busy voice's level
+            busy = [self._voice_time.get(v, 0.0) for v in self._voice_turn if v != voice and self._busy(v)]
+            self._voice_time[voice] = max(self._voice_time.get(voice, 0.0), min(busy, default=0.0))
         self._requests[request_id] = _Request(request_id, voice, next(self._seq), streaming,
                                               vserved=min(active, default=0))
         if voice not in self._voice_turn:
@@ -257,19 +271,30 @@ class Scheduler:
             return 0.0
         return max(0.0, oldest + c.max_wait_ms / 1000.0 - now)
 
+    def _busy(self, voice: Hashable) -> bool:
+        return any(r.voice == voice and (r.queue or r.running) for r in self._requests.values())
+
+    def voice_time(self, voice: Hashable) -> float:
+        """Device seconds the voice's batches have used (as reported to `complete`)."""
+        return self._voice_time.get(voice, 0.0)
+
     def schedule(self, now: float, force: bool = False) -> Batch | None:
         """The next batch to run, or None if none is due yet (see `next_deadline`).
         force=True starts a batch now even if it is not full (e.g. at shutdown)."""
-        for _ in range(len(self._voice_turn)):
-            voice = self._voice_turn[0]
-            self._voice_turn.rotate(-1)  # voices take turns
+        best = None  # least device time used first; among equals, the least recently served
+        for voice in self._voice_turn:
             due = self._due_in(voice, now)
             if due is None or (due > 0 and not force):
                 continue
-            batch = self._build(voice, now)
-            if batch.items:
-                return batch
-        return None
+            key = (self._voice_time.get(voice, 0.0), self._voice_served.get(voice, -1))
+            if best is None or key < best[0]:
+                best = (key, voice)
+        if best is None:
+            return None
+        voice = best[1]
+        self._voice_served[voice] = next(self._batches)
+        batch = self._build(voice, now)
+        return batch if batch.items else None
 
     def _build(self, voice: Hashable, now: float) -> Batch:
         c = self.config
@@ -305,8 +330,11 @@ class Scheduler:
         self.queued_cost -= cost
         return Batch(voice, chosen)
 
-    def complete(self, batch: Batch) -> None:
-        """The batch has run (its results are delivered by the caller)."""
+    def complete(self, batch: Batch, seconds: float | None = None) -> None:
+        """The batch has run (its results are delivered by the caller); `seconds`: how long it
+        took on the device, charged to its voice (fair share between voices)."""
+        if seconds is not None and seconds > 0:
+            self._voice_time[batch.voice] = self._voice_time.get(batch.voice, 0.0) + float(seconds)
         for it in batch.items:
             r = self._requests.get(it.request_id)
             if r is not None:

@@ -84,23 +84,30 @@ def sequence_mask(lengths: torch.Tensor, max_length: int) -> torch.Tensor:
 
 
 class GapMask:
-    """Mask of a packed sequence: the few gap frames between items, as indices.
+    """Mask of a packed sequence: the few gap frames between items, as indices, and a masked
+    tail from `tail_from` on (bucket padding).
 
-    Zeroing gaps in place costs O(gap) instead of O(sequence) for a dense multiply; at the
+    Zeroing these in place costs O(gap) instead of O(sequence) for a dense multiply; at the
     decoder's full sample rate that is most of the masking cost. `apply_` writes into its
     argument: callers pass tensors they own (fresh outputs).
     """
 
-    def __init__(self, index: torch.Tensor, length: int):
+    def __init__(self, index: torch.Tensor, length: int, tail_from: int | None = None):
         self.index = index  # [N] int64 positions to zero (frames, or samples after upsample)
         self.length = length
+        self.tail_from = tail_from if tail_from is not None and tail_from < length else None
 
     def upsample(self, rate: int) -> "GapMask":
         idx = (self.index.unsqueeze(1) * rate + torch.arange(rate, device=self.index.device)).reshape(-1)
-        return GapMask(idx, self.length * rate)
+        tail = None if self.tail_from is None else self.tail_from * rate
+        return GapMask(idx, self.length * rate, tail)
 
     def apply_(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_fill_(-1, self.index, 0.0) if self.index.numel() else x
+        if self.index.numel():
+            x.index_fill_(-1, self.index, 0.0)
+        if self.tail_from is not None:
+            x[..., self.tail_from :] = 0.0
+        return x
 
 
 Mask = torch.Tensor | GapMask | None

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 from ..models.vits import GapMask, VitsDims, VitsModel
+from .buckets import geometric_bucket
 from .cuda_graphs import GraphedStages
 from .offload import WeightOffloader, module_bytes
 from .options import RuntimeOptions
@@ -110,6 +112,10 @@ class VitsRunner:
         if self.config.offload:
             self.offloader = WeightOffloader(model, {"encode": ("enc_p", "dp", "emb_g"), "synth": ("flow", "dec")}, device)
         self.stages = self._build_stages()
+        # CPU eager: round shapes up to buckets (see runtime/buckets.py); graphs have their own
+        buckets = self.config.shape_buckets
+        self.buckets = (device.type == "cpu") if buckets is None else buckets
+        self.buckets = self.buckets and isinstance(self.stages, EagerStages)
         self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def _build_stages(self):
@@ -145,11 +151,34 @@ class VitsRunner:
         if isinstance(self.stages, GraphedStages):
             self.stages = self._build_stages()
 
-    def warmup(self) -> None:
-        """Run every stage once; with CUDA graphs, capture the whole grid."""
+    def warmup(self, max_frames: int = 1024, max_tokens: int = 512) -> None:
+        """Prepare for traffic. CUDA graphs: capture the whole grid. CPU shape buckets: run the
+        synth stage once at every frame bucket up to `max_frames` (largest first, so the heap
+        grows once) and the encoder at every token bucket up to `max_tokens`, so that oneDNN's
+        per-shape kernels exist before the first request needs them (a cold shape measured
+        ~40% slower). Then one real sentence through every stage."""
         if isinstance(self.stages, GraphedStages) and not self.stages.emulate:
             self.stages.warmup()
+        elif self.buckets:
+            with torch.inference_mode():
+                for n in sorted({geometric_bucket(k) for k in range(1, max_frames + 1)}, reverse=True):
+                    self.stages.synth(self._zeros_synth(n), single_item=False)
+                for t in sorted({geometric_bucket(k) for k in range(1, max_tokens + 1)}):
+                    self.stages.encode(self._zeros_encode(t))
         self.run([VitsItem((1, 0, 2), noise_scale=0.0, noise_w=0.0, seed=0)])
+
+    def _zeros_synth(self, n: int) -> SynthInputs:
+        c = self.dims.inter_channels
+        z = torch.zeros(1, c, n, device=self.device)
+        g = torch.zeros(1, self.dims.gin_channels, n, device=self.device) if self.dims.n_speakers > 1 else None
+        gaps = GapMask(torch.zeros(0, dtype=torch.long, device=self.device), n, tail_from=n)
+        return SynthInputs(z, z, z, torch.ones(1, 1, n, device=self.device), g, gaps)
+
+    def _zeros_encode(self, t: int) -> EncodeInputs:
+        sid = torch.zeros(1, dtype=torch.long, device=self.device) if self.dims.n_speakers > 1 else None
+        return EncodeInputs(torch.zeros(1, t, dtype=torch.long, device=self.device),
+                            torch.full((1,), t, device=self.device), torch.ones(1, device=self.device),
+                            torch.zeros(1, 2, t, device=self.device), sid)
 
     # ------------------------------------------------------------------ noise
     def _generator(self, seed: int | None) -> torch.Generator:
@@ -247,17 +276,19 @@ class VitsRunner:
     def _encode(self, items: Sequence[VitsItem], gens) -> EncodeOutputs:
         """One padded text-encoder + duration batch."""
         t_lens = [len(it.ids) for it in items]
-        ids = np.zeros((len(items), max(t_lens)), dtype=np.int64)
+        T = geometric_bucket(max(t_lens)) if self.buckets else max(t_lens)  # masked padding
+        ids = np.zeros((len(items), T), dtype=np.int64)
         for i, it in enumerate(items):
             ids[i, : t_lens[i]] = it.ids
         sid = None
         if self.dims.n_speakers > 1:
             sid = self._to_device(torch.tensor([it.speaker_id for it in items]))
+        noise = self._noise(items, gens, t_lens, 2, lambda it: it.noise_w)
         x = EncodeInputs(
             ids=self._to_device(torch.from_numpy(ids)),
             lengths=self._to_device(torch.tensor(t_lens)),
             length_scale=self._to_device(torch.tensor([it.length_scale for it in items], dtype=torch.float32)),
-            dur_noise=self._noise(items, gens, t_lens, 2, lambda it: it.noise_w),
+            dur_noise=F.pad(noise, (0, T - noise.shape[2])) if T > noise.shape[2] else noise,
             sid=sid,
         )
         with self._stage("encode"):
@@ -329,15 +360,23 @@ class VitsRunner:
         audios = []
         for run in self._decode_groups(y_len):
             a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
+            L = b - a
+            Lb = geometric_bucket(L) if self.buckets else L  # a masked tail makes shapes repeat
             decode_mask = None
-            if len(run) > 1 and isinstance(self.stages, EagerStages):
-                # eager: zero only the gap frames between items (O(gap), in place)
-                gaps = np.concatenate([np.arange(starts[i] + y_len[i], starts[j]) for i, j in zip(run, run[1:])]) - a
-                decode_mask = GapMask(self._to_device(torch.from_numpy(gaps)), b - a)
-            x = SynthInputs(m_pk[None, :, a:b], logs_pk[None, :, a:b], z_noise[None, :, a:b], mask[:, :, a:b],
-                            None if g_pk is None else g_pk[None, :, a:b], decode_mask)
+            if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
+                # eager: zero only the gap and tail frames (O(gap), in place)
+                gaps = [np.arange(starts[i] + y_len[i], starts[j]) - a for i, j in zip(run, run[1:])]
+                idx = np.concatenate([np.zeros(0, np.int64), *gaps]).astype(np.int64)
+                decode_mask = GapMask(self._to_device(torch.from_numpy(idx)), Lb, tail_from=L)
+
+            def run_slice(t: torch.Tensor) -> torch.Tensor:  # [C, P] -> [1, C, Lb]
+                t = t[None, :, a:b]
+                return F.pad(t, (0, Lb - L)) if Lb > L else t
+
+            x = SynthInputs(run_slice(m_pk), run_slice(logs_pk), run_slice(z_noise), run_slice(mask[0]),
+                            None if g_pk is None else run_slice(g_pk), decode_mask)
             with self._stage("synth"):
-                audio = self.stages.synth(x, single_item=len(run) == 1)  # [(b - a) * hop]
+                audio = self.stages.synth(x, single_item=len(run) == 1 and Lb == L)  # [Lb * hop]
             for i in run:
                 off = (starts[i] - a) * hop
                 audios.append(audio[off : off + y_len[i] * hop])

@@ -87,7 +87,9 @@ def _error_for(exc: BaseException) -> JSONResponse:
         return error_response(413, str(exc), "invalid_request_error", "input_too_long", "input")
     if isinstance(exc, InvalidOptionError):
         return error_response(400, str(exc), "invalid_request_error", "invalid_option", exc.option)
-    if isinstance(exc, (InvalidInputError, UnknownSpeakerError)):
+    if isinstance(exc, UnknownSpeakerError):  # the message lists the voice's speakers (Bark: presets)
+        return error_response(400, str(exc), "invalid_request_error", "invalid_input", "speaker")
+    if isinstance(exc, InvalidInputError):
         return error_response(400, str(exc), "invalid_request_error", "invalid_input")
     if isinstance(exc, UnknownVoiceError):
         return error_response(404, str(exc), "invalid_request_error", "voice_not_found", "voice")
@@ -199,6 +201,12 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     def warm_up() -> None:
         try:
             for name in engine.voices:
+                # Until `ready` is set every request is refused (503), so no batch can be on the
+                # worker: the voice's own warm-up (CPU: per-shape kernels; CUDA: graph capture)
+                # may use the model from this thread.
+                warm = getattr(engine.voices[name], "warmup", None)
+                if warm is not None:
+                    warm()
                 done = threading.Event()
 
                 class _S:
@@ -208,7 +216,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
                 engine.submit(name, "Hello.", None, _S())
                 done.wait(300)
-        except VoxserveError:
+        except Exception:  # a failed warm-up leaves a slower first request, not a dead server
             log.exception("warm-up failed")
         ready.set()
 
@@ -403,7 +411,8 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     async def synthesize(req: SynthesizeRequest, request: Request):
         voice = voice_for(req.voice, openai=False)
         options = SynthesisOptions(speaker=req.speaker, speed=req.speed, noise_scale=req.noise_scale,
-                                   noise_w=req.noise_w, sentence_silence=req.sentence_silence, seed=req.seed)
+                                   noise_w=req.noise_w, sentence_silence=req.sentence_silence, seed=req.seed,
+                                   temperature=req.temperature)
         stream, encoder = await start(voice, req.text, options, req.response_format, streaming=req.stream)
         silence = float(req.sentence_silence or 0.0)
         return await respond(request, stream, encoder, req.response_format, silence, chunked=req.stream)

@@ -2,6 +2,11 @@
 
 Every setting comes, in order of precedence, from its flag, its environment variable
 (VOXSERVE_<NAME>, e.g. VOXSERVE_API_KEY, VOXSERVE_VOICES=a,b) or the dataclass default.
+
+Voices: `--voice NAME` loads a registered voice; `--voice bark:DIR` (or a Piper .onnx path)
+loads from a path at start and serves it under the directory's (file's) name;
+`--voice NAME=bark:DIR` chooses the name. Requests name voices only by these names: a request
+never makes the server open a path.
 """
 
 from __future__ import annotations
@@ -9,7 +14,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from ..engine.scheduler import SchedulerConfig
 from ..voices.registry import DEFAULT_VOICE
@@ -56,7 +63,8 @@ class ServeSettings:
 _HELP = {
     "host": "address to bind (default 127.0.0.1: this machine only)",
     "port": "TCP port",
-    "voices": "voice to load, by name (repeatable; the first is the default)",
+    "voices": "voice to load: a registry name, bark:DIR, a Piper .onnx path, or NAME=SOURCE to name it "
+              "(repeatable; the first is the default)",
     "device": "cpu, cuda, cuda:N or auto",
     "dtype": "fp32 (default), fp16 or bf16 (CUDA)",
     "max_batch_size": "sentences per batch",
@@ -123,16 +131,52 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def build_engine(settings: ServeSettings):
+_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def parse_voice_spec(spec: str) -> tuple[str | None, str]:
+    """`NAME=SOURCE` -> (NAME, SOURCE); anything else -> (None, spec). NAME is letters, digits,
+    '.', '_' and '-' (so a path holding '=' after a '/' or ':' stays a path)."""
+    name, sep, source = spec.partition("=")
+    if sep and source and _VOICE_NAME.fullmatch(name):
+        return name, source
+    return None, spec
+
+
+def load_voices(settings: ServeSettings) -> dict:
+    """The voices to serve, by the name requests use. A voice loaded from a path (bark:DIR, a
+    Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
+    registered in this process's registry, so the name resolves to what the server loaded.
+    Two voices with one name are refused (the second would silently replace the first)."""
     from .. import RuntimeOptions, load_voice
-    from ..engine import Engine, EngineConfig
+    from ..voices.registry import register_voice, resolve_voice, voice_sources
 
     runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
-    voices = {}
-    for name in settings.voices:
-        v = load_voice(name, device=settings.device, dtype=settings.dtype, runtime=runtime)
+    voices: dict = {}
+    origin: dict[str, str] = {}
+    for spec in settings.voices:
+        name, source = parse_voice_spec(spec)
+        from_path = source not in voice_sources()
+        if from_path and (Path(source).expanduser() / "config.json").is_file():
+            raise ValueError(f"{source} is a directory: for a Bark checkpoint use --voice bark:{source}")
+        src = resolve_voice(source)  # the operator's command line: paths allowed here
+        v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime)
+        if name is not None:
+            v.name = name
+        if v.name in voices:
+            raise ValueError(f"two voices are named {v.name!r} ({origin[v.name]} and {spec}): "
+                             f"name one with --voice OTHER_NAME={source}")
+        if name is not None or from_path:
+            register_voice(v.name, src.path, src.config_path, family=src.family)
         voices[v.name] = v
-    return Engine(voices, EngineConfig(scheduler=settings.scheduler_config()))
+        origin[v.name] = spec
+    return voices
+
+
+def build_engine(settings: ServeSettings):
+    from ..engine import Engine, EngineConfig
+
+    return Engine(load_voices(settings), EngineConfig(scheduler=settings.scheduler_config()))
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:

@@ -40,7 +40,8 @@ class SpeechRequest(BaseModel):
 
 
 class SynthesizeRequest(BaseModel):
-    """POST /v1/synthesize (native): every SynthesisOptions field, the voice and the speaker."""
+    """POST /v1/synthesize (native): every SynthesisOptions field, the voice and the speaker
+    (for a Bark voice, a speaker preset name or its index in /v1/voices' list)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -53,6 +54,8 @@ class SynthesizeRequest(BaseModel):
     noise_w: float | None = None
     sentence_silence: float | None = None
     seed: int | None = None
+    temperature: float | None = None
+    """Sampling temperature of token-generating voices (Bark; 0 = greedy); VITS voices ignore it."""
     response_format: ResponseFormat = "wav"
     stream: bool = False
     """True: chunked bytes as sentences are made; False: the whole file, with Content-Length."""

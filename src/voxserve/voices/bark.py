@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 # Wide (CJK) characters are each about a syllable: ~3 Latin characters' worth of time.
 CHARS_PER_SECOND = 14.0
 WIDE_CHAR_WEIGHT = 3
+COST_PER_CHAR = 2  # batching cost per character: a Piper voice's phoneme ids per character (see cost)
 SONG = "\u266a"  # ♪ marks singing for Bark: kept, although normalisation drops other symbols
 
 PRESET_KEYS = {"semantic_prompt": 1, "coarse_prompt": 2, "fine_prompt": 2}  # key -> ndim
@@ -330,11 +331,13 @@ class BarkVoice(Voice):
             return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def cost(self, text: str) -> int:
-        """Batching cost: the sentence's length in Latin-character equivalents. Bark's work
-        grows with the speech it generates (about 3.6 semantic tokens per character); this
-        keeps the cost on the scale of a VITS voice's phoneme ids (about one per character),
-        so the engine's per-batch cost limit means the same for both families."""
-        return max(1, speech_weight(text))
+        """Batching cost, on the scale of a VITS voice's phoneme ids: COST_PER_CHAR per
+        Latin-character equivalent. Bark's work grows with the speech it generates (about 3.6
+        semantic tokens per character); a Piper voice's units cost 2.1 ids per character
+        (en_US-joe-medium over corpus/en_bench.jsonl), so with 2 per character the engine's
+        per-batch limit (`max_batch_phonemes`) holds about the same amount of text for either
+        family (256: about 128 characters, two or three sentences)."""
+        return max(1, COST_PER_CHAR * speech_weight(text))
 
     def _item(self, text: str, speaker: str | None, temps: tuple[float, float, float], seed: int):
         from ..runtime.bark_runner import BarkItem
@@ -376,7 +379,8 @@ def load_bark_voice(
         processor = BarkProcessor.from_pretrained(d, speaker_embeddings_dict_path=None, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise VoiceLoadError(f"{d}: cannot load the Bark checkpoint: {e}") from e
-    vname = name if name and name != str(path) else d.name
+    # named after the directory ("bark:." too; a symlink keeps its own name)
+    vname = name if name and Path(name).expanduser() != d else Path(os.path.abspath(d)).name
     return bark_voice_from_model(model, processor, vname, device=dev, dtype=dt, runtime=runtime, config=config,
                                  presets=voice_presets, source_path=d)
 
