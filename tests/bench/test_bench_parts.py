@@ -236,3 +236,24 @@ def test_a_new_suite_plugs_in_with_its_own_engine_tables_and_plots(fake_engine, 
         assert "extra.png" in {p.name for p in write_plots(result, tmp_path)}
     finally:
         SUITES.pop("extra")
+
+
+def test_every_run_draws_new_noise(tiny_voice_path):
+    """Fixed inputs would let the warm-up create every timed shape's kernels: a server never
+    sees that. Each run gets its own seed; the same benchmark gets the same seeds."""
+    from voxserve.bench.arms import CPU_ARMS, build_pool, make_arm
+    from voxserve.bench.core import run_seed
+    from voxserve.bench.corpus import load_corpus, pool_texts
+
+    seeds = {run_seed(1234, r, arm, ("batch", (0, 1), None)) for r in range(6) for arm in ("a", "b")}
+    assert len(seeds) == 12 and run_seed(1234, 0, "a", ()) == run_seed(1234, 0, "a", ())
+    arm = make_arm(next(a for a in CPU_ARMS if a.name == "vox-cpu"), str(tiny_voice_path))
+    arm.open()
+    corpus = load_corpus()
+    texts = [d["text"] for d in corpus]
+    pool = build_pool(arm.voice, texts, pool_texts(corpus), 2, arm.options)
+    prepared = arm.prepare(pool, texts)
+    one, two = arm.reseed(prepared, 1), arm.reseed(prepared, 2)
+    assert [u.payload.ids for u in one] == [u.payload.ids for u in prepared]  # same sentences
+    assert len({u.payload.seed for u in one + two}) == 4  # new noise per run and sentence
+    assert arm.options.seed == 2  # streams use the run's seed too

@@ -323,6 +323,11 @@ class Arm:
     def stream(self, text: str) -> Iterator[np.ndarray]:
         raise NotImplementedError
 
+    def reseed(self, prepared: Any, seed: int) -> Any:
+        """Inputs for one run with fresh noise `seed` (outside the clock); streams use it too.
+        Engines that draw their own noise every run (Piper) return `prepared` unchanged."""
+        return prepared
+
     # CUDA peak memory, in-process (CPU peaks are measured in child processes)
     def memory_begin(self) -> None:
         pass
@@ -426,6 +431,20 @@ class VoxserveArm(Arm):
 
     def run_sequential(self, prepared):
         return [self.voice.run_units([u])[0] for u in prepared]
+
+    def reseed(self, prepared, seed):
+        # new noise -> new durations -> new frame counts: every run meets the shapes a server
+        # meets (per-shape kernel creation included), not the ones the warm-up already made
+        from ..options import SynthesisOptions
+        from ..voice import sentence_seed
+
+        self.options = SynthesisOptions(seed=seed)
+        if prepared is None:
+            return None
+        return [
+            dataclasses.replace(u, payload=dataclasses.replace(u.payload, seed=sentence_seed(seed, k)))
+            for k, u in enumerate(prepared)
+        ]
 
     def stream(self, text):
         for chunk in self.voice.stream(text, self.options):

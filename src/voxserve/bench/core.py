@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -65,7 +66,8 @@ class BenchSettings:
     memory_largest_only: bool = False
     """Peak memory only of the largest workload of each suite (--quick: fewer child processes)."""
     seed: int = 1234
-    """voxserve's noise seed: the same durations, hence the same work, in every round."""
+    """Base of the noise seeds: every run draws new noise (new durations, as in real use),
+    reproducibly from this seed."""
     max_minutes: float | None = None
     """Stop measuring after this long (a running configuration is interrupted); what was
     measured is kept, what was cut is reported."""
@@ -439,11 +441,24 @@ def _open(ctx: Context, spec: ArmSpec, tasks, res: Results):
     return arm, prepared
 
 
-def _round(ctx, arm, prepared, tasks, res, bar, timed: bool) -> None:
+def run_seed(base: int, round_index: int, arm: str, signature: tuple) -> int:
+    """The noise seed of one run: new for every round, arm and workload (so no run meets frame
+    counts an earlier run created kernels for), the same from one benchmark to the next."""
+    return zlib.crc32(f"{base}/{round_index}/{arm}/{signature}".encode()) + (base << 32)
+
+
+def _round(ctx, arm, prepared, tasks, res, bar, timed: bool, round_index: int = 0) -> None:
     arm.activate()
     for group in _unique(tasks[arm.name]):
+        sig = _signature(group[0])
         try:
-            s = execute(arm, group[0], prepared[_signature(group[0])], ctx.texts)
+            s = execute(
+                arm,
+                group[0],
+                prepared[sig],
+                ctx.texts,
+                run_seed(ctx.settings.seed, round_index, arm.name, sig),
+            )
         except Exception as e:
             _fail(res, arm.name, e)
             return
@@ -469,7 +484,7 @@ def _interleaved(ctx, specs, tasks, res, bar, over) -> int:
         for name, (arm, prepared) in opened.items():
             if res.ok(name):
                 bar.phase(f"round {r + 1}/{rounds} {'(warm-up) ' if r < ctx.settings.warmup else ''}{name}")
-                _round(ctx, arm, prepared, tasks, res, bar, timed=r >= ctx.settings.warmup)
+                _round(ctx, arm, prepared, tasks, res, bar, timed=r >= ctx.settings.warmup, round_index=r)
         done = r + 1
     for arm, _ in opened.values():
         arm.close()
@@ -493,7 +508,7 @@ def _grouped(ctx, specs, tasks, res, bar, over) -> None:
                 if not res.ok(spec.name):
                     break
                 bar.phase(f"{spec.name} round {r + 1}/{rounds}")
-                _round(ctx, arm, prepared, tasks, res, bar, timed=r >= ctx.settings.warmup)
+                _round(ctx, arm, prepared, tasks, res, bar, timed=r >= ctx.settings.warmup, round_index=r)
         finally:
             arm.close()
 

@@ -62,8 +62,10 @@ class Sample:
     peak_bytes: int | None = None
 
 
-def execute(arm: Arm, task: Task, prepared: Any, texts: Sequence[str]) -> Sample:
-    """Run one task once on an opened, activated arm."""
+def execute(arm: Arm, task: Task, prepared: Any, texts: Sequence[str], seed: int | None = None) -> Sample:
+    """Run one task once on an opened, activated arm; `seed`: fresh noise for this run."""
+    if seed is not None:
+        prepared = arm.reseed(prepared, seed)
     arm.memory_begin()
     arm.sync()
     t0 = time.perf_counter()

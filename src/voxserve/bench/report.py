@@ -145,7 +145,9 @@ def _header(result: dict) -> str:
             if result["device"] == "cpu"
             else "one configuration loaded at a time, device synchronised before every time stamp"
         )
-        + ". voxserve's noise is seeded, so every round does the same work.",
+        + ". Every run draws new noise (voxserve: a new seed per run, reproducible from --seed; Piper "
+        "draws its own), so durations and frame counts change from run to run as in real use, and "
+        "per-shape kernel creation is in the figures as it is for a server.",
         "RTF = compute seconds / audio seconds (lower is better); throughput = audio seconds per second "
         "(higher is better). *(fastest)*: the quickest timed run, what the machine does when nothing "
         "else competes for it; the median is the figure.",
