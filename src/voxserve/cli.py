@@ -69,7 +69,6 @@ def cmd_say(ns: argparse.Namespace) -> int:
 
     def chunks():
         import numpy as np
-
         from tqdm import tqdm
 
         show = ns.progress if ns.progress is not None else (len(units) > 3 and sys.stderr.isatty())

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import wave
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 

@@ -48,8 +48,10 @@ def test_sampled_batch_equals_alone_with_seeds(bark_voice):
 
 
 def test_sampling_is_live_and_seeded(bark_voice):
-    one = lambda seed, t=0.9: bark_voice.runner.generate_tokens(
-        bark_voice.items(["i like pizza but also reading."], SynthesisOptions(seed=seed, temperature=t)))[0]
+    def one(seed, t=0.9):
+        opts = SynthesisOptions(seed=seed, temperature=t)
+        return bark_voice.runner.generate_tokens(bark_voice.items(["i like pizza but also reading."], opts))[0]
+
     a, b, c = one(1), one(1), one(2)
     assert _same(a, b)
     assert not torch.equal(a["semantic"], c["semantic"])  # the semantic stage samples

@@ -3,7 +3,6 @@ bounded in count and time (every request has a timeout; every server is stopped)
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal

@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..audio import StreamEncoder, available_stream_formats, encode_audio, open_stream_encoder, float_to_int16
+from ..audio import StreamEncoder, available_stream_formats, encode_audio, float_to_int16, open_stream_encoder
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import (
     EngineClosedError,

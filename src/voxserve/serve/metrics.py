@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the app)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,  # noqa: F401  (re-exported for the app)
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 
 class Metrics:
