@@ -7,21 +7,16 @@ traffic to 127.0.0.1 only, every request with a timeout, every server stopped.""
 from __future__ import annotations
 
 import io
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import wave
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from server_process import ServerProcess, free_port
 
 import voxserve
 from voxserve import SynthesisOptions
@@ -31,7 +26,6 @@ from voxserve.errors import UnknownSpeakerError
 from voxserve.runtime.bark_runner import BarkItem
 from voxserve.serve.app import AppConfig, create_app
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 PRESETS = ["announcer", "v2/en_speaker_0", "v2/en_speaker_1"]
 
@@ -324,12 +318,6 @@ def test_model_failure_is_a_500_and_the_server_carries_on(app_client):
 
 
 # ----------------------------------------------------------------------------- HTTP (real socket)
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_streaming_bark_request_sends_each_sentence_as_it_is_made(bark_voice, joe_voice):
     import uvicorn
 
@@ -379,42 +367,6 @@ def test_streaming_bark_request_sends_each_sentence_as_it_is_made(bark_voice, jo
 
 
 # ----------------------------------------------------------------------------- voxserve serve
-class ServerProcess:
-    def __init__(self, args: list[str]):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        exe = Path(sys.executable).with_name("voxserve")
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "voxserve.cli"]
-        self.log = open(os.devnull, "wb") if not os.environ.get("VOXSERVE_TEST_LOG") else None
-        self.proc = subprocess.Popen(cmd + ["serve", "--port", str(self.port), "--device", "cpu"] + args,
-                                     cwd=ROOT, stdout=self.log, stderr=self.log)
-        self.client = httpx.Client(base_url=self.url, timeout=TIMEOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
-            try:
-                if self.client.get("/ready").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server not ready in 120 s")
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.log:
-            self.log.close()
-
-
 @pytest.fixture(scope="module")
 def served(tiny_bark_dir, joe_voice):  # joe_voice first: its converted weights are then cached
     s = ServerProcess(["--threads", "1", "--max-batch-size", "4", "--voice", "en_US-joe-medium",
@@ -462,16 +414,9 @@ def test_vits_and_bark_requests_at_once_all_succeed_with_their_rates(served, bar
         assert_pcm_close(got, ref, f"{voice}: {text}")
 
 
-def metric(server: ServerProcess, name: str) -> float:
-    import re
-
-    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", server.client.get("/metrics").text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
 def test_client_disconnect_stops_bark_work(served):
     n = 40
-    before = metric(served, "voxserve_sentences_synthesized_total")
+    before = served.metric("voxserve_sentences_synthesized_total")
     text = " ".join(["The cat is on the mat."] * n)
     with served.client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "voice": "tiny-bark",
                                                                 "input": text, "response_format": "pcm"}) as r:
@@ -480,7 +425,7 @@ def test_client_disconnect_stops_bark_work(served):
     last, stable_since = -1.0, time.time()
     deadline = time.time() + 60
     while time.time() < deadline:  # wait until nothing more is being generated
-        now = metric(served, "voxserve_sentences_synthesized_total")
+        now = served.metric("voxserve_sentences_synthesized_total")
         if now != last:
             last, stable_since = now, time.time()
         elif time.time() - stable_since > 1.5:
@@ -488,8 +433,8 @@ def test_client_disconnect_stops_bark_work(served):
         time.sleep(0.1)
     # the first sentence, the batch in flight and at most one more batch of 4: never the rest
     assert last - before <= 1 + 2 * 4, last - before
-    assert metric(served, "voxserve_sentences_dropped") > 0
-    assert metric(served, "voxserve_in_flight_requests") == 0
+    assert served.metric("voxserve_sentences_dropped") > 0
+    assert served.metric("voxserve_in_flight_requests") == 0
 
 
 def test_serve_refuses_two_voices_with_one_name(tiny_bark_dir, monkeypatch):

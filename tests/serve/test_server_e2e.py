@@ -3,76 +3,18 @@ bounded in count and time (every request has a timeout; every server is stopped)
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+from server_process import ServerProcess
 
 import voxserve
 from voxserve.audio import float_to_int16
-
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = httpx.Timeout(120.0, connect=10.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, args: list[str], env: dict | None = None, api_key: str | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        exe = Path(sys.executable).with_name("voxserve")
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "voxserve.cli"]
-        self.log = open(os.devnull, "wb") if not os.environ.get("VOXSERVE_TEST_LOG") else None
-        self.proc = subprocess.Popen(cmd + ["serve", "--port", str(self.port), "--device", "cpu"] + args,
-                                     env={**os.environ, **(env or {})}, cwd=ROOT,
-                                     stdout=self.log, stderr=self.log)
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(base_url=self.url, timeout=TIMEOUT, headers=self.headers)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
-            try:
-                if self.client.get("/ready").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server not ready in 180 s")
-
-    def metric(self, name: str) -> float:
-        text = self.client.get("/metrics").text
-        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
-        return float(m.group(1)) if m else 0.0
-
-    def stop(self, timeout: float = 30) -> int:
-        self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.log:
-            self.log.close()
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +24,7 @@ def tiny_env(tiny_voice_path):
 
 @pytest.fixture(scope="module")
 def server(tiny_env):
-    s = Server(["--voice", "en_US-joe-medium", "--voice", "tiny-multi", "--max-batch-size", "4",
+    s = ServerProcess(["--voice", "en_US-joe-medium", "--voice", "tiny-multi", "--max-batch-size", "4",
                 "--max-queue", "1024"], env=tiny_env)
     yield s
     s.stop()
@@ -217,7 +159,7 @@ def test_every_error_status_over_the_wire(server):
 
 @pytest.fixture(scope="module")
 def small_server(tiny_env):
-    s = Server(["--max-queue", "3", "--max-batch-size", "1"], env={**tiny_env, "VOXSERVE_API_KEY": "k3y"},
+    s = ServerProcess(["--max-queue", "3", "--max-batch-size", "1"], env={**tiny_env, "VOXSERVE_API_KEY": "k3y"},
                api_key="k3y")
     yield s
     s.stop()

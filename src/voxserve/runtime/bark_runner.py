@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .offload import WeightOffloader, module_bytes
+from .offload import ResidentWeights, WeightOffloader, module_bytes
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class _RowSampler:
         return self.perturb(scores)
 
 
-class BarkRunner:
+class BarkRunner(ResidentWeights):
     """Owns a loaded BarkModel + BarkProcessor on one device; `run(items)` -> audio per item."""
 
     def __init__(self, model, processor, device: torch.device, dtype: torch.dtype,
@@ -184,20 +184,8 @@ class BarkRunner:
             return max(module_bytes(m) for m in self.stages().values())
         return module_bytes(self.model)
 
-    def to_host(self) -> None:
-        """Weights to pinned host memory (for a device-memory budget over several voices)."""
-        with self._lock:
-            self._move(torch.device("cpu"))
-
-    def to_device(self) -> None:
-        with self._lock:
-            self._move(self.device)
-
-    def _move(self, dev: torch.device) -> None:
-        if self.device.type != "cuda" or self.offload:  # CPU, or already kept on the host
-            return
-        for t in [*self.model.parameters(), *self.model.buffers()]:
-            t.data = t.data.to(dev, non_blocking=True) if dev.type == "cuda" else t.data.to(dev).pin_memory()
+    def _stays_on_host(self) -> bool:
+        return self.offload  # the offloader already keeps every stage on the host between uses
 
     # ------------------------------------------------------------------ hooks
     def _append_sampler_to_logits_processors(self, sub: nn.Module) -> None:

@@ -27,6 +27,42 @@ def module_bytes(module: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
 
 
+class ResidentWeights:
+    """`to_host` / `to_device` for a runner's weights, what a `DeviceBudget` calls to evict an
+    idle voice and bring it back. The runner has `model`, `device` and `_lock` (held while a
+    batch runs, so weights never move under one); `_after_move` and `_stays_on_host` adapt it."""
+
+    model: nn.Module
+    device: torch.device
+
+    def device_bytes(self) -> int:
+        """Device memory the weights take while the voice is resident."""
+        return module_bytes(self.model)
+
+    def to_host(self) -> None:
+        """Weights to pinned host memory (so moving them back is an asynchronous copy)."""
+        with self._lock:
+            self._move(torch.device("cpu"))
+
+    def to_device(self) -> None:
+        with self._lock:
+            self._move(self.device)
+
+    def _stays_on_host(self) -> bool:
+        """True where the weights are not the runner's to move (e.g. offloaded per stage)."""
+        return False
+
+    def _after_move(self) -> None:
+        """What depends on the weights' addresses (captured graphs) is rebuilt here."""
+
+    def _move(self, dev: torch.device) -> None:
+        if self.device.type != "cuda" or self._stays_on_host():  # nothing to move on CPU
+            return
+        for t in [*self.model.parameters(), *self.model.buffers()]:
+            t.data = t.data.to(dev, non_blocking=True) if dev.type == "cuda" else t.data.to(dev).pin_memory()
+        self._after_move()
+
+
 class WeightOffloader:
     def __init__(self, model: nn.Module, groups: Mapping[str, Sequence[str]], device: torch.device,
                  force: bool = False):

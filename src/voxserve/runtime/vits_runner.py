@@ -32,7 +32,7 @@ from torch.nn import functional as F
 from ..models.vits import GapMask, VitsDims, VitsModel
 from .buckets import geometric_bucket
 from .cuda_graphs import GraphedStages
-from .offload import WeightOffloader, module_bytes
+from .offload import ResidentWeights, WeightOffloader
 from .options import RuntimeOptions
 from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
 
@@ -93,7 +93,7 @@ class PendingAudio:
         return [host[a:b] for a, b in self._spans]
 
 
-class VitsRunner:
+class VitsRunner(ResidentWeights):
     """Owns one VITS model on one device. `run(items)` synthesises one batch."""
 
     def __init__(self, model: VitsModel, device: torch.device, dtype: torch.dtype = torch.float32,
@@ -130,24 +130,9 @@ class VitsRunner:
         emulate = self.device.type != "cuda"
         return GraphedStages(eager, self.device, self.config.graph_grid, emulate=emulate)
 
-    def device_bytes(self) -> int:
-        return module_bytes(self.model)
-
-    def to_host(self) -> None:
-        """Move the weights to (pinned) host memory; captured graphs are dropped."""
-        with self._lock:
-            self._move(torch.device("cpu"))
-
-    def to_device(self) -> None:
-        """Bring the weights back; graphs are re-captured lazily, per bucket, on first use."""
-        with self._lock:
-            self._move(self.device)
-
-    def _move(self, dev: torch.device) -> None:
-        if self.device.type != "cuda":
-            return
-        for t in [*self.model.parameters(), *self.model.buffers()]:
-            t.data = t.data.to(dev, non_blocking=True) if dev.type == "cuda" else t.data.to(dev).pin_memory()
+    def _after_move(self) -> None:
+        # captured graphs bind the old addresses: drop them; they are re-captured lazily, per
+        # bucket, on first use
         if isinstance(self.stages, GraphedStages):
             self.stages = self._build_stages()
 

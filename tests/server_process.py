@@ -1,0 +1,74 @@
+"""`voxserve serve` as a real subprocess on a free loopback port, for the end-to-end tests.
+Traffic goes to 127.0.0.1 only; every request has a timeout and every server is stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """Starts `voxserve serve --device cpu ARGS` and waits for /ready (warm-up included).
+    VOXSERVE_TEST_LOG=1 lets the server's output through to the test's."""
+
+    def __init__(self, args: list[str], env: dict | None = None, api_key: str | None = None,
+                 ready_timeout: float = 180):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        exe = Path(sys.executable).with_name("voxserve")
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "voxserve.cli"]
+        self.log = open(os.devnull, "wb") if not os.environ.get("VOXSERVE_TEST_LOG") else None
+        self.proc = subprocess.Popen(cmd + ["serve", "--port", str(self.port), "--device", "cpu"] + args,
+                                     env={**os.environ, **(env or {})}, cwd=ROOT,
+                                     stdout=self.log, stderr=self.log)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=self.url, timeout=TIMEOUT, headers=self.headers)
+        deadline = time.time() + ready_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}")
+            try:
+                if self.client.get("/ready").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server not ready in {ready_timeout:.0f} s")
+
+    def metric(self, name: str) -> float:
+        """A Prometheus sample without labels from /metrics (0 when absent)."""
+        text = self.client.get("/metrics").text
+        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM (graceful: in-flight requests finish), then kill after `timeout` seconds."""
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.log:
+            self.log.close()
+        return self.proc.returncode
