@@ -240,6 +240,8 @@ def _print_plan(pl: dict) -> str:
     for a in pl["arms"]:
         lines.append(
             f"  {a['name']:<30} {a['status']:<12} tasks={a['tasks']:<3} memory_probes={a['memory_probes']:<3}"
+            + (f" rounds={a['rounds']}" if a.get("rounds", pl["rounds"]) != pl["rounds"] else "")
+            + (f" [suite {a['suite']}]" if a.get("suite") else "")
             + (f" {a['reason']}" if a["reason"] else "")
         )
     return "\n".join(lines)
@@ -247,7 +249,7 @@ def _print_plan(pl: dict) -> str:
 
 def cmd_bench(ns: argparse.Namespace) -> int:
     if ns.list_configs:
-        print(_list_configs())
+        print(_list_configs(settings_from(ns)))
         return 0
     if ns.from_json:
         result = validate_result(json.loads(Path(ns.from_json).read_text(encoding="utf-8")))
@@ -284,5 +286,6 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         (out / "report.md").write_text(render_markdown(result, links(out.resolve())), encoding="utf-8")
-    measured = [a for a in result["arms"] if a["engine"] == "voxserve" and a["status"] == "ok"]
+    # success: something besides the Piper reference was measured (voxserve's VITS or Bark rows)
+    measured = [a for a in result["arms"] if a["engine"] != "piper" and a["status"] == "ok"]
     return 0 if measured else 1
