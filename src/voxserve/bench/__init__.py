@@ -161,6 +161,24 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="memory-probe child processes at once (default: half the CPUs, 2 to 4)",
     )
     p.add_argument("--seed", type=int, help=f"voxserve noise seed (default {d['seed']})")
+    p.add_argument(
+        "--bark-size",
+        choices=["tiny", "small", "large"],
+        help="bark suite: layer sizes of the random-weight Bark, small = suno/bark-small, large = suno/bark "
+        "(default: small on CUDA, tiny on CPU)",
+    )
+    p.add_argument(
+        "--bark-tokens",
+        type=int,
+        metavar="N",
+        help="bark suite: semantic tokens a sentence (default: 256 on CUDA, 16 on CPU)",
+    )
+    p.add_argument(
+        "--bark-runs",
+        type=int,
+        metavar="N",
+        help="bark suite: timed runs of its configurations (default --runs)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR")
     p.add_argument(
@@ -206,15 +224,30 @@ def settings_from(ns: argparse.Namespace) -> BenchSettings:
             "max_minutes",
             "jobs",
             "seed",
+            "bark_size",
+            "bark_tokens",
+            "bark_runs",
         )
         if getattr(ns, k, None) is not None
     }
     return replace(s, **over).validate()
 
 
-def _list_configs() -> str:
+def _list_configs(settings: BenchSettings) -> str:
+    from .suites import Context
+
     lines = []
-    for title, table in (("CPU", CPU_ARMS), ("CUDA", CUDA_ARMS)):
+    tables = [("CPU", CPU_ARMS), ("CUDA", CUDA_ARMS)]
+    for name, cls in SUITES.items():  # the suites' own configurations (other model families)
+        if cls.extra_arms is Suite.extra_arms:
+            continue
+        if name not in settings.suites:
+            tables.append((f"suite {name} (not selected; --suites ...,{name} lists its configurations)", ()))
+            continue
+        for device in ("cpu", "cuda"):
+            arms = cls().extra_arms(Context(settings, [], [], [], [], device))
+            tables.append((f"suite {name}, {device.upper()}", tuple(arms)))
+    for title, table in tables:
         lines.append(f"{title}:")
         for a in table:
             why = availability(a)
