@@ -98,7 +98,7 @@ def _header(result: dict) -> str:
         + (f", sha256 {v['sha256']}…" if v.get("sha256") else "")
         + ")"
     )
-    dtypes = sorted({a.get("dtype") or "fp32" for a in result["arms"] if a["engine"] == "voxserve"})
+    dtypes = sorted({a.get("dtype") or "fp32" for a in result["arms"] if a["engine"] != "piper"})
     rows = [
         ["Date (UTC)", result["created"]],
         ["Command", f"`{result['command']}`" if result.get("command") else "(library call)"],
