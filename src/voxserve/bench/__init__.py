@@ -161,6 +161,24 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="memory-probe child processes at once (default: half the CPUs, 2 to 4)",
     )
     p.add_argument("--seed", type=int, help=f"voxserve noise seed (default {d['seed']})")
+    p.add_argument(
+        "--bark-size",
+        choices=["tiny", "small", "large"],
+        help="bark suite: layer sizes of the random-weight Bark, small = suno/bark-small, large = suno/bark "
+        "(default: small on CUDA, tiny on CPU)",
+    )
+    p.add_argument(
+        "--bark-tokens",
+        type=int,
+        metavar="N",
+        help="bark suite: semantic tokens a sentence (default: 256 on CUDA, 16 on CPU)",
+    )
+    p.add_argument(
+        "--bark-runs",
+        type=int,
+        metavar="N",
+        help="bark suite: timed runs of its configurations (default --runs)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR")
     p.add_argument(
@@ -206,15 +224,30 @@ def settings_from(ns: argparse.Namespace) -> BenchSettings:
             "max_minutes",
             "jobs",
             "seed",
+            "bark_size",
+            "bark_tokens",
+            "bark_runs",
         )
         if getattr(ns, k, None) is not None
     }
     return replace(s, **over).validate()
 
 
-def _list_configs() -> str:
+def _list_configs(settings: BenchSettings) -> str:
+    from .suites import Context
+
     lines = []
-    for title, table in (("CPU", CPU_ARMS), ("CUDA", CUDA_ARMS)):
+    tables = [("CPU", CPU_ARMS), ("CUDA", CUDA_ARMS)]
+    for name, cls in SUITES.items():  # the suites' own configurations (other model families)
+        if cls.extra_arms is Suite.extra_arms:
+            continue
+        if name not in settings.suites:
+            tables.append((f"suite {name} (not selected; --suites ...,{name} lists its configurations)", ()))
+            continue
+        for device in ("cpu", "cuda"):
+            arms = cls().extra_arms(Context(settings, [], [], [], [], device))
+            tables.append((f"suite {name}, {device.upper()}", tuple(arms)))
+    for title, table in tables:
         lines.append(f"{title}:")
         for a in table:
             why = availability(a)
@@ -240,6 +273,8 @@ def _print_plan(pl: dict) -> str:
     for a in pl["arms"]:
         lines.append(
             f"  {a['name']:<30} {a['status']:<12} tasks={a['tasks']:<3} memory_probes={a['memory_probes']:<3}"
+            + (f" rounds={a['rounds']}" if a.get("rounds", pl["rounds"]) != pl["rounds"] else "")
+            + (f" [suite {a['suite']}]" if a.get("suite") else "")
             + (f" {a['reason']}" if a["reason"] else "")
         )
     return "\n".join(lines)
@@ -247,7 +282,7 @@ def _print_plan(pl: dict) -> str:
 
 def cmd_bench(ns: argparse.Namespace) -> int:
     if ns.list_configs:
-        print(_list_configs())
+        print(_list_configs(settings_from(ns)))
         return 0
     if ns.from_json:
         result = validate_result(json.loads(Path(ns.from_json).read_text(encoding="utf-8")))
@@ -284,5 +319,6 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         (out / "report.md").write_text(render_markdown(result, links(out.resolve())), encoding="utf-8")
-    measured = [a for a in result["arms"] if a["engine"] == "voxserve" and a["status"] == "ok"]
+    # success: something besides the Piper reference was measured (voxserve's VITS or Bark rows)
+    measured = [a for a in result["arms"] if a["engine"] != "piper" and a["status"] == "ok"]
     return 0 if measured else 1

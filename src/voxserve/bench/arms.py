@@ -34,7 +34,7 @@ class ArmSpec:
     label: str
     """What the report prints."""
     engine: str = "voxserve"
-    """'voxserve' or 'piper'."""
+    """'voxserve', 'piper', or an engine a suite registers (register_engine)."""
     device: str = "cpu"
     dtype: str | None = None
     """load_voice's dtype (None = fp32)."""
@@ -50,6 +50,12 @@ class ArmSpec:
     """Also measured in the time-to-first-audio suite."""
     quick: bool = True
     """Part of --quick."""
+    suite: str | None = None
+    """The suite that added this arm (Suite.extra_arms; set by the runner): it runs only that
+    suite's tasks. None: a row of the table, run by every suite that wants it."""
+    runs: int | None = None
+    """Timed rounds of this arm (None: the settings' runs), e.g. fewer for a model whose
+    every call takes seconds."""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -73,6 +73,15 @@ class BenchSettings:
     measured is kept, what was cut is reported."""
     jobs: int = 0
     """Memory probes run at once (0: half the CPUs, 2 to 4)."""
+    bark_size: str | None = None
+    """Bark suite: layer sizes of the random-weight model, 'small' (suno/bark-small), 'large'
+    (suno/bark) or 'tiny' (None: small on CUDA, tiny on CPU, where bark-small takes about a
+    minute a sentence)."""
+    bark_tokens: int | None = None
+    """Bark suite: semantic tokens a sentence (random weights never stop early; None: 256 on
+    CUDA, 16 on CPU)."""
+    bark_runs: int | None = None
+    """Bark suite: timed rounds of its configurations (None: runs)."""
 
     def validate(self) -> BenchSettings:
         if self.runs < 1 or self.warmup < 0:
@@ -86,6 +95,15 @@ class BenchSettings:
             raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
         if self.texts_per_category < 1:
             raise ValueError("texts_per_category must be >= 1")
+        if self.bark_size is not None:
+            from ..voices.bark_random import BARK_SIZES
+
+            if self.bark_size not in BARK_SIZES:
+                raise ValueError(f"bark_size must be one of {', '.join(BARK_SIZES)}, not {self.bark_size!r}")
+        if (self.bark_tokens is not None and self.bark_tokens < 1) or (
+            self.bark_runs is not None and self.bark_runs < 1
+        ):
+            raise ValueError("bark_tokens and bark_runs must be >= 1")
         return self
 
 
@@ -152,7 +170,6 @@ def _context(
 
     corpus = load_corpus(settings.corpus)
     suites = [SUITES[n]() for n in settings.suites]
-    specs = list(arms) if arms is not None else arms_for(device, settings.quick, settings.configs or None)
     front = load_voice(settings.voice, device="cpu")  # the front end of the pool (CPU, fp32)
     n = max([1] + [s.pool_size(settings) for s in suites])
     pool = build_pool(
@@ -164,13 +181,33 @@ def _context(
         corpus,
         pool,
         stream_selection(corpus, settings.categories, settings.texts_per_category),
-        specs,
+        [],
         device,
     )
-    for suite in suites:
-        for spec in suite.extra_arms(ctx):
-            if spec.name not in {s.name for s in ctx.specs}:
-                ctx.specs.append(spec)
+    # the suites' own configurations (another model family's), each tagged with its suite
+    extra = [
+        s if s.suite else replace(s, suite=suite.name) for suite in suites for s in suite.extra_arms(ctx)
+    ]
+    if arms is not None:
+        specs = list(arms)
+    else:
+        extra_names = {s.name for s in extra}
+        table_names = tuple(n for n in settings.configs if n not in extra_names)
+        if settings.configs:
+            # --configs names rows of the table and of the suites; a suite whose rows it does
+            # not name runs them all
+            picked = {n for n in settings.configs if n in extra_names}
+            named_suites = {s.suite for s in extra if s.name in picked}
+            extra = [s for s in extra if s.name in picked or s.suite not in named_suites]
+        if settings.configs and not table_names:
+            specs = [a for a in arms_for(device, settings.quick) if a.reference]
+        else:
+            try:
+                specs = arms_for(device, settings.quick, table_names or None)
+            except ValueError as e:
+                raise ValueError(f"{e}; the suites add: {sorted(extra_names)}") from None
+    names = {s.name for s in specs}
+    ctx.specs = specs + [s for s in extra if s.name not in names]
     return ctx, suites
 
 
@@ -199,6 +236,8 @@ def plan(settings: BenchSettings, device: str | None = None, arms: Sequence[ArmS
                 "status": "would run" if reason is None else UNAVAILABLE,
                 "reason": reason,
                 "tasks": len(_unique(tasks)),
+                "rounds": _rounds(settings, spec),
+                "suite": spec.suite,
                 "memory_probes": len(_memory_tasks(settings, tasks))
                 if spec.device == "cpu" and settings.memory
                 else 0,
@@ -282,14 +321,16 @@ def run_bench(
             runnable.append(spec)
         else:
             res.status[spec.name] = (UNAVAILABLE, reason)
-    rounds = settings.warmup + settings.runs
+    rounds = max([settings.warmup + settings.runs] + [_rounds(settings, s) for s in runnable])
     probes = [
         (s, g)
         for s in runnable
         if s.device == "cpu" and settings.memory
         for g in _memory_tasks(settings, tasks[s.name])
     ]
-    bar = _Progress(rounds * sum(len(_unique(tasks[s.name])) for s in runnable) + len(probes), progress)
+    bar = _Progress(
+        sum(_rounds(settings, s) * len(_unique(tasks[s.name])) for s in runnable) + len(probes), progress
+    )
     machine = machine_info()
     notes: list[str] = []
 
@@ -309,7 +350,7 @@ def run_bench(
                     if rounds_done < rounds:
                         notes.append(
                             f"time budget reached: {max(rounds_done - settings.warmup, 0)} timed rounds "
-                            f"instead of {settings.runs}"
+                            f"instead of {rounds - settings.warmup}"
                         )
                 else:
                     _grouped(ctx, runnable, tasks, res, bar, over)
@@ -389,7 +430,18 @@ def spread(obj) -> float | None:
 
 
 def _tasks(suites, ctx: Context, spec: ArmSpec) -> list[Task]:
-    return [dataclasses.replace(t, engine=spec.engine) for s in suites for t in s.tasks(ctx, spec)]
+    """The arm's tasks from every suite (an arm a suite added: from that suite only)."""
+    return [
+        dataclasses.replace(t, engine=spec.engine)
+        for s in suites
+        if spec.suite is None or spec.suite == s.name
+        for t in s.tasks(ctx, spec)
+    ]
+
+
+def _rounds(settings: BenchSettings, spec: ArmSpec) -> int:
+    """Rounds of one arm, warm-up included."""
+    return settings.warmup + (spec.runs or settings.runs)
 
 
 def _signature(t: Task) -> tuple:
@@ -476,14 +528,17 @@ def _interleaved(ctx, specs, tasks, res, bar, over) -> int:
         arm, prepared = _open(ctx, spec, tasks, res)
         if arm is not None:
             opened[spec.name] = (arm, prepared)
-    rounds = ctx.settings.warmup + ctx.settings.runs
+    each = {spec.name: _rounds(ctx.settings, spec) for spec in specs}
+    rounds = max([0] + [each[n] for n in opened])
     done = 0
     for r in range(rounds):
         if r > ctx.settings.warmup and over():
             break
         for name, (arm, prepared) in opened.items():
-            if res.ok(name):
-                bar.phase(f"round {r + 1}/{rounds} {'(warm-up) ' if r < ctx.settings.warmup else ''}{name}")
+            if res.ok(name) and r < each[name]:
+                bar.phase(
+                    f"round {r + 1}/{each[name]} {'(warm-up) ' if r < ctx.settings.warmup else ''}{name}"
+                )
                 _round(ctx, arm, prepared, tasks, res, bar, timed=r >= ctx.settings.warmup, round_index=r)
         done = r + 1
     for arm, _ in opened.values():
@@ -492,10 +547,11 @@ def _interleaved(ctx, specs, tasks, res, bar, over) -> int:
 
 
 def _grouped(ctx, specs, tasks, res, bar, over) -> None:
-    """CUDA: one arm loaded at a time (its peak memory is its own); references first."""
-    order = sorted(specs, key=lambda s: (not s.reference, not s.primary))
-    rounds = ctx.settings.warmup + ctx.settings.runs
+    """CUDA: one arm loaded at a time (its peak memory is its own); references first, arms that
+    compile last (compilation can take minutes: under --max-minutes they are the ones cut)."""
+    order = sorted(specs, key=lambda s: (not s.reference, not s.primary, bool(s.runtime.get("compile"))))
     for spec in order:
+        rounds = _rounds(ctx.settings, spec)
         if over():
             res.status[spec.name] = (SKIPPED, f"time budget of {ctx.settings.max_minutes} min reached")
             continue

@@ -98,7 +98,7 @@ def _header(result: dict) -> str:
         + (f", sha256 {v['sha256']}…" if v.get("sha256") else "")
         + ")"
     )
-    dtypes = sorted({a.get("dtype") or "fp32" for a in result["arms"] if a["engine"] == "voxserve"})
+    dtypes = sorted({a.get("dtype") or "fp32" for a in result["arms"] if a["engine"] != "piper"})
     rows = [
         ["Date (UTC)", result["created"]],
         ["Command", f"`{result['command']}`" if result.get("command") else "(library call)"],
@@ -519,6 +519,10 @@ def validate_result(result: Any) -> dict:
             _check_stat(row.get("first_audio_s"), f"{w}.first_audio_s", p)
             _check_stat(row.get("total_s"), f"{w}.total_s", p)
             _check_vs(row.get("vs"), refs, w, p)
+    for name, sec in suites.items():  # suites that check their own sections
+        check = getattr(SUITES.get(name), "check", None) if name not in RENDERERS else None
+        if check is not None:
+            check(SUITES[name](), result, sec, p)
     if p:
         raise SchemaError("benchmark result does not fit voxserve.bench/1:\n  " + "\n  ".join(p))
     return result

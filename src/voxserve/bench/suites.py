@@ -23,9 +23,13 @@ Extension point (e.g. a Bark suite, in a module `voxserve/bench/bark.py`, which
             ...
         def plot(self, result, section, out, plt):  # optional: its PNGs, a list of paths
             ...
+        def check(self, result, section, problems):  # optional: its section's JSON checks
+            ...
 
 `voxserve bench --suites batching,configs,stream,bark` then measures it in the same run, with
-the same clocks, memory probes, time budget and JSON checks.
+the same clocks, memory probes, time budget and JSON checks. An arm a suite adds runs only that
+suite's tasks (ArmSpec.suite, set by the runner); ArmSpec.runs gives it its own number of timed
+rounds. voxserve/bench/bark.py is the real one.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ class Suite:
     # optional, for suites report.py / plots.py do not know:
     # def markdown(self, result: dict, section: dict) -> str
     # def plot(self, result: dict, section: dict, out: Path, plt) -> list[Path]
+    # def check(self, result: dict, section: dict, problems: list[str]) -> None  (appends problems)
 
 
 SUITES: dict[str, type[Suite]] = {}
