@@ -254,6 +254,45 @@ def test_shortest_remaining_first_once_known():
     assert [b[0][0] for b in run_all(s2, now=0.0)] == ["long", "short", "long", "short", "long"]
 
 
+def test_last_sentence_of_a_short_request_is_not_starved_by_new_first_sentences():
+    # steady load: a new streaming request (first sentence of 80) after every batch. A short
+    # streaming request whose first sentence is done has one sentence of 60 left: it must go
+    # next, not wait max_starve_ms behind every newcomer's first sentence
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=10_000))
+    add(s, "short", 2, cost=60, streaming=True)
+    s.input_done("short")
+    s.complete(s.schedule(0.0, force=True))  # its first sentence
+    served_at = None
+    for k in range(10):
+        add(s, f"new{k}", 3, cost=80, now=0.1 * k, streaming=True)
+        b = s.schedule(0.1 * k, force=True)
+        s.complete(b)
+        if b.items[0].request_id == "short":
+            served_at = k
+            break
+    assert served_at == 0
+    # and a new stream's first sentence still goes before a long request's remainder
+    s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
+    add(s2, "long", 6, cost=80, streaming=True)
+    s2.input_done("long")
+    s2.complete(s2.schedule(0.0, force=True))
+    add(s2, "new", 3, cost=100, streaming=True)
+    assert s2.schedule(0.0, force=True).items[0].request_id == "new"
+
+
+def test_aging_lets_a_long_first_sentence_pass_fresh_short_ones():
+    def first_served(aging):
+        s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, aging_per_s=aging))
+        add(s, "long", 1, cost=130, now=0.0, streaming=True)
+        add(s, "short", 1, cost=60, now=1.0, streaming=True)
+        return s.schedule(1.0, force=True).items[0].request_id
+
+    assert first_served(0.0) == "short"  # shortest first
+    assert first_served(100.0) == "long"  # 130 - 100*1.0 < 60 - 0
+    with pytest.raises(ValueError, match="aging_per_s"):
+        SchedulerConfig(aging_per_s=-1).validate()
+
+
 def drain_timed(s: Scheduler, seconds: dict, limit: int = 10_000):
     """Fake runner with a fake device clock: a batch of voice v takes seconds[v]. Returns the
     voices of the batches in order."""

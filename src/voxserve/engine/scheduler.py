@@ -20,12 +20,15 @@ Requests are served round-robin (fair queueing): each request counts the sentenc
 scheduled, and a new request starts at the count of the least-served active request, so it
 joins the current round instead of jumping every queue. Sentences are taken lowest count first
 (ties: the earlier request), so a 1,000-sentence request delays a one-sentence request by about
-one batch. Tiers go before that order:
+one batch. Before that order:
 1. a request whose next sentence has waited `max_starve_ms` (since it arrived or since the
    request's last service) - nothing starves, whatever else arrives;
-2. a streaming request's first sentence (time to first audio).
-3. then, with `shortest_first`, the request with the least remaining work (once its front end
-   is done) - round-robin among equals and for requests whose end is not known yet.
+2. with `shortest_first` (the default), the least work between a client and what it waits
+   for: a streaming request's first sentence counts alone (time to first audio), any other
+   request counts all it has queued (once its front end is done; unknown ends go last). So a
+   first sentence goes ahead of long requests' remainders, and a short request's last sentence
+   is not starved by the stream of new requests' first sentences;
+   without `shortest_first`: streaming first sentences, then plain round-robin.
 Within one round each request gives one sentence; if the batch still has room after a full
 round, later rounds follow (a lone long request fills whole batches).
 
@@ -78,8 +81,13 @@ class SchedulerConfig:
     max_starve_ms: float = 4000.0
     """A request waiting this long for its next sentence goes before first-sentence priority."""
     shortest_first: bool = True
-    """After those two tiers, requests with the least known remaining work go first (then
-    round-robin); False = plain round-robin."""
+    """Least work to what the client waits for goes first (a stream's first sentence, else the
+    request's end; then round-robin); False = streaming first sentences, then round-robin."""
+    aging_per_s: float = 0.0
+    """With `shortest_first`: cost units a request's priority gains per second its next sentence
+    waits (0 = shortest work first, bounded by `max_starve_ms`). Measured at 8 clients on a
+    2-core CPU (docs/serving.md): 100 made short requests' p95 worse and did not bring the
+    medium ones' first audio forward, so it is off by default."""
 
     def validate(self) -> "SchedulerConfig":
         if self.max_batch_size < 1:
@@ -92,6 +100,8 @@ class SchedulerConfig:
             raise ValueError("max_queued_sentences must be at least 1")
         if self.max_starve_ms < 0:
             raise ValueError("max_starve_ms must be >= 0")
+        if self.aging_per_s < 0:
+            raise ValueError("aging_per_s must be >= 0")
         if self.max_length_ratio != 0 and self.max_length_ratio < 1:
             raise ValueError("max_length_ratio must be 0 (off) or >= 1")
         return self
@@ -218,18 +228,23 @@ class Scheduler:
 
         def key(r: _Request):
             waited = now - max(r.queue[0].arrival, r.last_service)
-            tier = 0 if waited >= starve else 1 if (r.streaming and r.served == 0) else 2
-            if tier == 1 and self.config.shortest_first:
-                # first sentences too go shortest first: a short request's whole answer is
-                # usually its first sentence, and it should not queue behind long first sentences
-                left = sum(it.cost for it in r.queue) if r.input_done else r.queue[0].cost
-                return (tier, left, r.vserved, r.seq)
-            if tier == 2 and self.config.shortest_first:
-                # shortest remaining work first (known once the front end is done), so the
-                # last sentences of short requests are not queued behind long ones' rounds
-                left = sum(it.cost for it in r.queue) if r.input_done else float("inf")
-                return (tier, left, r.vserved, r.seq)
-            return (tier, 0, r.vserved, r.seq)
+            first = r.streaming and r.served == 0
+            if waited >= starve:
+                return (0, 0, r.vserved, r.seq)
+            if self.config.shortest_first:
+                # one order by the work that stands between the client and what it waits for:
+                # a stream's first audio (its first sentence), else the end of the request
+                # (all it has queued, known once its front end is done). A short request's
+                # last sentence thus competes with new requests' first sentences instead of
+                # waiting behind all of them: under steady load there always is a new one.
+                if first:
+                    left = r.queue[0].cost
+                else:
+                    left = sum(it.cost for it in r.queue) if r.input_done else float("inf")
+                # aging: waiting earns priority, so a long first sentence (or a long request's
+                # remainder) is not held back by short newcomers for as long as they keep coming
+                return (1, left - self.config.aging_per_s * waited, r.vserved, r.seq)
+            return (1 if first else 2, 0, r.vserved, r.seq)
 
         rs = [r for r in self._requests.values() if r.voice == voice and r.queue]
         rs.sort(key=key)

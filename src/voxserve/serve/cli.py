@@ -41,6 +41,7 @@ class ServeSettings:
     max_wait_ms: float = _SCHED.max_wait_ms
     max_starve_ms: float = _SCHED.max_starve_ms
     """A request waiting this long for its next sentence is served before any priority."""
+    aging_per_s: float = _SCHED.aging_per_s
     max_queue: int = _SCHED.max_queued_sentences
     """Sentences queued before new requests get 429."""
     max_input_chars: int = _APP.max_input_chars
@@ -53,6 +54,7 @@ class ServeSettings:
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
                                max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
+                               aging_per_s=self.aging_per_s,
                                max_queued_sentences=self.max_queue).validate()
 
     def app_config(self) -> AppConfig:
@@ -72,6 +74,7 @@ _HELP = {
     "max_wait_ms": "longest a sentence waits for companions before its batch starts",
     "max_queue": "queued sentences beyond which new requests get 429",
     "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
+    "aging_per_s": "phonemes of priority a waiting request gains per second (0: shortest work first)",
     "max_input_chars": "longest input accepted (413 beyond)",
     "max_body_bytes": "largest request body accepted (413 beyond)",
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
@@ -92,7 +95,7 @@ def _convert(f, raw: str):
     if f.name in ("port", "max_batch_size", "max_batch_phonemes", "max_queue", "max_input_chars",
                   "max_body_bytes", "threads"):
         return int(raw)
-    if f.name in ("max_wait_ms", "max_starve_ms", "shutdown_timeout"):
+    if f.name in ("max_wait_ms", "max_starve_ms", "aging_per_s", "shutdown_timeout"):
         return float(raw)
     return raw
 
@@ -118,7 +121,7 @@ def add_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     types = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
              "max_input_chars": int, "max_body_bytes": int, "threads": int,
-             "max_wait_ms": float, "max_starve_ms": float, "shutdown_timeout": float}
+             "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
     for f in fields(ServeSettings):
         flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
         default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
