@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
+from ..runtime.cpu import release_openmp_threads
 from .scheduler import Batch, Scheduler, SchedulerConfig
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,9 @@ class Engine:
         """Accept requests; threads=False runs no worker threads (drive it with `step()`)."""
         if threads and not self._started:
             self._started = True
+            # the caller (usually the thread that loaded and warmed the voices) gives up its
+            # OpenMP team, so the worker's is the only one and keeps spinning between ops
+            release_openmp_threads()
             for w in self._workers.values():
                 w.thread.start()
         self._accepting = True
