@@ -121,6 +121,14 @@ def test_configs_picks_bark_rows_too(tiny_voice_path):
 
 
 # ---------------------------------------------------------------------------- a tiny run
+def test_configs_table_has_no_bark_rows(tiny_voice_path):
+    settings = bark_settings(tiny_voice_path, suites=("configs", "bark"), configs=("vox-cpu",),
+                             batches=(1,), runs=1, warmup=0)
+    result = run_bench(settings, progress=False, command="voxserve bench (bark test)")
+    assert {r["arm"] for r in result["suites"]["configs"]["rows"]} == {"vox-cpu", "piper-cpu"}
+    assert {r["arm"] for r in result["suites"]["bark"]["rows"]} == {"bark-base", "bark-sdpa"}
+
+
 def test_tiny_run_fits_the_schema(bark_result):
     validate_result(bark_result)
     assert list(bark_result["suites"]) == ["bark"]

@@ -242,8 +242,8 @@ class ConfigsSuite(Suite):
     def build(self, ctx, res, refs):
         rows = []
         for spec in ctx.specs:
-            if not self.tasks(ctx, spec):
-                continue
+            if not self.tasks(ctx, spec) or spec.suite not in (None, self.name):
+                continue  # another suite's arm (e.g. Bark's): its own table has it
             st, reason = res.status.get(spec.name, ("skipped", "not run"))
             for b in ctx.settings.batches:
                 key = f"{self.name}/{b}"
