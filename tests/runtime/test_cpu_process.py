@@ -1,48 +1,55 @@
 """Process-level CPU tuning: the OpenMP team release that lets the inference worker thread run
-as fast as the main thread (see voxserve/runtime/cpu.py)."""
+as fast as the main thread (see voxserve/runtime/cpu.py). Runs in a fresh interpreter: other
+tests change torch's thread settings, and teams of earlier threads may still be around."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
-import threading
 
 import pytest
 import torch
 
+linux_omp = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or "OpenMP" not in torch.__config__.parallel_info(),
+    reason="needs Linux and torch built with OpenMP")
+
+CHILD = r"""
+import json, os, threading, torch
 from voxserve.runtime.cpu import release_openmp_threads
 
-linux_omp = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or "OpenMP" not in torch.__config__.parallel_info()
-    or torch.get_num_threads() < 2,
-    reason="needs Linux, torch built with OpenMP, and 2+ threads")
-
-
-def _threads() -> int:
+def threads():
     return len(os.listdir("/proc/self/task"))
+
+x = torch.randn(512, 4096)
+result = {}
+
+def in_a_thread():  # a thread that runs parallel work gets an OpenMP team of its own
+    torch.set_num_threads(2)
+    for _ in range(3):
+        torch.tanh(x)
+    result["with_team"] = threads()
+    result["released"] = release_openmp_threads()
+    result["after"] = threads()
+    for _ in range(3):  # still works: the team comes back on demand
+        torch.tanh(x)
+    result["again"] = threads()
+
+t = threading.Thread(target=in_a_thread)
+t.start()
+t.join()
+print(json.dumps(result))
+"""
 
 
 @linux_omp
 def test_release_frees_the_calling_threads_openmp_team_only():
-    x = torch.randn(512, 4096)
-
-    def parallel_work():
-        for _ in range(3):
-            torch.tanh(x)
-
-    result = {}
-
-    def in_a_thread():  # a thread that runs parallel work gets a team of its own
-        parallel_work()
-        result["with_team"] = _threads()
-        result["released"] = release_openmp_threads()
-        result["after"] = _threads()
-        parallel_work()  # still works: the team comes back on demand
-        result["again"] = _threads()
-
-    t = threading.Thread(target=in_a_thread)
-    t.start()
-    t.join()
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["released"] is True
-    assert result["after"] < result["with_team"]  # its helper threads are gone
+    assert result["after"] < result["with_team"]  # its helper thread is gone
     assert result["again"] == result["with_team"]
