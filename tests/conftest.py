@@ -47,3 +47,16 @@ def tiny_voice_path(tmp_path_factory) -> Path:
     from vits_fixtures import write_tiny_voice
 
     return write_tiny_voice(tmp_path_factory.mktemp("voices"))
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for the test: tiny models' ops are microseconds long, and on a shared
+    2-core machine a second thread only adds contention (measured on the tiny Bark: 0.35 s with
+    one thread vs 7 s with two for the same batch)."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)

@@ -11,15 +11,8 @@ TEXTS = [
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    # the tiny model's ops are microseconds long: on a shared 2-core machine, intra-op threads
-    # only add contention (measured 0.35 s with one thread vs 7 s with two for the same batch)
-    import torch
-
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(prev)
 
 
 @pytest.fixture(scope="session")

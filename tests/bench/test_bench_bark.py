@@ -42,15 +42,8 @@ def bark_settings(voice, **kw) -> BenchSettings:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    # the tiny model's ops are microseconds long: on a shared 2-core machine, intra-op threads
-    # only add contention (as in tests/bark/conftest.py)
-    import torch
-
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):  # as in tests/bark: the tiny model's ops are microseconds long
     yield
-    torch.set_num_threads(prev)
 
 
 @pytest.fixture(scope="module")
