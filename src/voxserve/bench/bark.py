@@ -29,7 +29,7 @@ from typing import Any
 
 from .arms import OK, ArmSpec, VoxserveArm, _torch_cuda, default_threads, register_engine
 from .measure import Task
-from .report import _check_stat, _need, fmb, fs, fx, table
+from .report import _need, check_batch_row, fmb, fs, fx, table
 from .suites import ConfigsSuite, Suite, mem_ratio, ratio, register_suite, timing
 
 ENGINE = "bark"
@@ -338,16 +338,7 @@ class BarkSuite(Suite):
         rows = _need(section, "rows", list, w0, problems) or []
         for i, row in enumerate(rows):
             w = f"{w0}.rows[{i}]"
-            name = _need(row, "arm", str, w, problems)
-            if name is not None and name not in arms:
-                problems.append(f"{w}.arm: {name!r} not among arms")
-            _need(row, "batch", int, w, problems)
-            if row.get("status") == OK and "latency_s" in row:
-                _check_stat(row["latency_s"], f"{w}.latency_s", problems)
-                for key in ("audio_s", "rtf", "throughput", "sentences_per_s"):
-                    _need(row, key, (int, float), w, problems)
+            if check_batch_row(row, w, arms, ("audio_s", "rtf", "throughput", "sentences_per_s"), problems):
                 vs = row.get("vs_base")
                 if vs is not None and not isinstance(vs, dict):
                     problems.append(f"{w}.vs_base: not an object")
-            elif not row.get("reason"):
-                problems.append(f"{w}: not measured and no reason")

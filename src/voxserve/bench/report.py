@@ -429,6 +429,24 @@ def _need(d: Any, key: str, types, where: str, problems: list[str]):
     return v
 
 
+def check_batch_row(row: Any, w: str, arms, numbers: Sequence[str], problems: list[str]) -> bool:
+    """The checks every per-arm, per-batch row shares (configs, and suites like Bark's): a known
+    arm, an int batch; measured: a latency stat and these numbers; else a reason. True if the
+    row was measured (the caller checks what else it holds)."""
+    name = _need(row, "arm", str, w, problems)
+    if name is not None and name not in arms:
+        problems.append(f"{w}.arm: {name!r} not among arms")
+    _need(row, "batch", int, w, problems)
+    if row.get("status") == OK and "latency_s" in row:
+        _check_stat(row["latency_s"], f"{w}.latency_s", problems)
+        for key in numbers:
+            _need(row, key, (int, float), w, problems)
+        return True
+    if not row.get("reason"):
+        problems.append(f"{w}: not measured and no reason")
+    return False
+
+
 def _check_stat(s: Any, where: str, problems: list[str]) -> None:
     if not isinstance(s, dict):
         problems.append(f"{where}: not a stat")
@@ -500,17 +518,8 @@ def validate_result(result: Any) -> dict:
         _check_vs(row.get("vs", {}), refs, w, p)
     for i, row in enumerate((suites.get("configs") or {}).get("rows", [])):
         w = f"suites.configs.rows[{i}]"
-        name = _need(row, "arm", str, w, p)
-        if name is not None and name not in arms:
-            p.append(f"{w}.arm: {name!r} not among arms")
-        _need(row, "batch", int, w, p)
-        if row.get("status") == OK and "latency_s" in row:
-            _check_stat(row["latency_s"], f"{w}.latency_s", p)
-            for key in ("audio_s", "rtf", "throughput"):
-                _need(row, key, (int, float), w, p)
+        if check_batch_row(row, w, arms, ("audio_s", "rtf", "throughput"), p):
             _check_vs(row.get("vs"), refs, w, p)
-        elif not row.get("reason"):
-            p.append(f"{w}: not measured and no reason")
     for i, row in enumerate((suites.get("stream") or {}).get("rows", [])):
         w = f"suites.stream.rows[{i}]"
         for key, t in (("text_id", str), ("category", str), ("arm", str)):
