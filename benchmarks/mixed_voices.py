@@ -47,10 +47,10 @@ class Timed:
         self.done = threading.Event()
         self.error = None
 
-    def on_audio(self, index, samples, text):
+    def on_audio(self, index, samples, text, partial=False):
         if self.first is None:
             self.first = time.perf_counter()
-        self.sentences += 1
+        self.sentences += not partial
         self.times.append(time.perf_counter())
 
     def on_done(self, n):

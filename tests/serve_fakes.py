@@ -31,6 +31,7 @@ class FakeVoice:
         self.concurrent = 0
         self.max_concurrent = 0
         self.gate: threading.Event | None = None  # if set, run_units waits for it
+        self.early_heads = 0  # heads delivered early (streams' first sentences)
 
     @property
     def speakers(self):
@@ -60,19 +61,28 @@ class FakeVoice:
         n = 200 + 10 * len(sentence)
         return (0.5 * np.sin(2 * np.pi * f * np.arange(n) / sample_rate)).astype(np.float32)
 
-    def run_units(self, units):
+    HEAD_MIN_SAMPLES = 600  # early units this long get their first third delivered at once
+
+    def run_units(self, units, early=(), on_early=None):
         with self.lock:
             self.concurrent += 1
             self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
             if self.gate is not None:
                 self.gate.wait(10)
+            audios = [self.audio_for(u.payload, self.sample_rate) for u in units]
+            heads = {}
+            for k in early if on_early else ():
+                if len(audios[k]) >= self.HEAD_MIN_SAMPLES:
+                    heads[k] = len(audios[k]) // 3
+                    on_early(k, audios[k][: heads[k]])
             if self.delay_s:
                 time.sleep(self.delay_s)
             with self.lock:
                 self.run_texts.extend(u.payload for u in units)
                 self.batches.append(len(units))
-            return [self.audio_for(u.payload, self.sample_rate) for u in units]
+                self.early_heads += len(heads)
+            return [a[heads.get(k, 0):] for k, a in enumerate(audios)]
         finally:
             with self.lock:
                 self.concurrent -= 1

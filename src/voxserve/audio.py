@@ -62,8 +62,11 @@ class AudioChunk(Audio):
     index: int = 0
     """Position of the sentence in the request (0-based)."""
     text: str = ""
-    """The sentence this audio says."""
+    """The sentence this audio says ("" on the chunk that finishes a partial one)."""
     is_last: bool = field(default=False)
+    partial: bool = False
+    """The head of a sentence (a served stream's first audio): the next chunk, with the same
+    index, is the rest of it; no sentence silence goes between the two."""
 
 
 def float_to_int16(samples: np.ndarray) -> np.ndarray:

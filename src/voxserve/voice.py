@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +75,15 @@ class Voice(ABC):
         UnpronounceableTextError (when iteration ends without a single unit)."""
 
     @abstractmethod
-    def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
-        """Run one batch through the model. float32 audio per unit, trimmed."""
+    def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
+                  on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
+        """Run one batch through the model. float32 audio per unit, trimmed.
+
+        early: positions of units whose client waits for its first audio (a stream's first
+        sentence). A voice may deliver the head of such a unit's audio at once through
+        on_early(k, samples), while the batch goes on; the list returned then holds only the
+        rest of that unit's audio (head + rest = the unit's audio). Voices that cannot (Bark)
+        ignore it."""
 
     def submit_units(self, units: Sequence[Unit]) -> "PendingResult":
         """Start a batch; `.result()` gives what run_units would. Back ends that can overlap
@@ -215,8 +222,9 @@ class VitsVoice(Voice):
 
         return gen()
 
-    def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
-        return self.runner.run([u.payload for u in units])
+    def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
+                  on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
+        return self.runner.run([u.payload for u in units], early, on_early)
 
     def warmup(self) -> None:
         """CUDA: capture the graph grid; CPU: create the kernels of every shape bucket."""

@@ -43,14 +43,14 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self._voice, name)
 
-    def run_units(self, units):
+    def run_units(self, units, early=(), on_early=None):
         self.batches.append([u.payload for u in units])
         if self.hold is not None and len(self.batches) > 1:
             assert self.hold.wait(30), "test did not release the batch"
         if self.fail_next is not None:
             e, self.fail_next = self.fail_next, None
             raise e
-        return self._voice.run_units(units)
+        return self._voice.run_units(units, early, on_early)
 
 
 class Sink:
@@ -60,7 +60,7 @@ class Sink:
         self.error: BaseException | None = None
         self.calls_after_end = 0
 
-    def on_audio(self, index, samples, text):
+    def on_audio(self, index, samples, text, partial=False):
         if self.done.is_set():
             self.calls_after_end += 1
         self.audio[index] = samples

@@ -42,6 +42,24 @@ def test_concurrent_requests_get_their_own_audio_in_order():
     assert eng.sentences_run == sum(len(list(v.units(t))) for t in ts)
 
 
+def test_stream_first_sentence_head_comes_early_and_joins_exactly():
+    v = FakeVoice()
+    text = "a first sentence that is long enough to be cut in two. then a second one."
+
+    async def main(eng, streaming):
+        return await AsyncEngine(eng).submit("fake", text, streaming=streaming).collect()
+
+    with Engine([v], cfg()) as eng:
+        chunks = asyncio.run(main(eng, True))
+        plain = asyncio.run(main(eng, False))
+        assert eng.sentences_run == 4
+    assert [(c.index, c.partial) for c in chunks] == [(0, True), (0, False), (1, False)]
+    assert chunks[0].text.startswith("a first") and chunks[1].text == ""
+    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), v.expected(text))
+    assert [(c.index, c.partial) for c in plain] == [(0, False), (1, False)]  # not a stream: no head
+    assert v.early_heads == 1
+
+
 def test_cancel_drops_pending_sentences_they_are_never_run():
     v = FakeVoice(delay_s=0.05)  # 50 ms a batch: the cancel lands while batch 2 or 3 runs
     v.gate = threading.Event()
@@ -75,7 +93,7 @@ def test_overload_refuses_new_requests_and_loses_nothing_accepted():
     class Sink:
         def __init__(self, k):
             self.k = k
-        def on_audio(self, i, a, t):
+        def on_audio(self, i, a, t, partial=False):
             sink_events.append((self.k, i))
         def on_done(self, n):
             sink_events.append((self.k, "done", n))
@@ -141,7 +159,7 @@ def test_shutdown_finishes_in_flight_then_refuses():
     got = []
 
     class Sink:
-        def on_audio(self, i, a, t):
+        def on_audio(self, i, a, t, partial=False):
             got.append(i)
         def on_done(self, n):
             got.append("done")
@@ -161,7 +179,7 @@ def test_step_by_hand_without_threads():
     out = []
 
     class Sink:
-        def on_audio(self, i, a, t):
+        def on_audio(self, i, a, t, partial=False):
             out.append(i)
         def on_done(self, n):
             out.append("done")

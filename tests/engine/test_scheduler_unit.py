@@ -345,3 +345,16 @@ def test_without_reported_times_voices_take_turns():
     add(s, "b", 3, voice="v2")
     add(s, "c", 3, voice="v3")
     assert [b for b in drain_timed(s, {"v1": 0, "v2": 0, "v3": 0})] == ["v1", "v2", "v3"] * 3
+
+
+def test_batch_marks_streams_first_sentences_as_early():
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=10_000, max_wait_ms=0))
+    add(s, "plain", 2)
+    add(s, "stream", 2, streaming=True)
+    b = s.schedule(100.0, force=True)
+    got = {(b.items[k].request_id, b.items[k].index) for k in b.early}
+    assert got == {("stream", 0)}  # not the plain request's first, not the stream's second
+    s.complete(b)
+    add(s, "stream2", 1, streaming=True)
+    b = s.schedule(100.0, force=True)
+    assert [(b.items[k].request_id, b.items[k].index) for k in b.early] == [("stream2", 0)]

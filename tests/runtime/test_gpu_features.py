@@ -179,10 +179,10 @@ def test_out_of_memory_splits_the_batch(tiny, monkeypatch):
     ref = [runner.run([it])[0] for it in items]
     real = runner.submit
 
-    def fake(batch):
+    def fake(batch, *rest):
         if len(batch) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(batch)
+        return real(batch, *rest)
 
     monkeypatch.setattr(runner, "submit", fake)
     before = runner.oom_splits

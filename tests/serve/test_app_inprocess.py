@@ -108,6 +108,22 @@ def test_native_streaming(client):
     np.testing.assert_array_equal(np.frombuffer(data, "<i2"), float_to_int16(voice.expected("x y. z w.")))
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_first_audio_head_joins_its_sentence_without_silence(client, stream):
+    """A streamed first sentence long enough for an early head arrives in two chunks; the
+    sentence silence goes between sentences only, never inside the split one."""
+    c, voice, *_ = client
+    first, second = "this first sentence is long enough for a head", "then a short one"
+    before = voice.early_heads
+    with c.stream("POST", "/v1/synthesize", json={"text": f"{first}. {second}.", "response_format": "pcm",
+                                                  "sentence_silence": 0.25, "stream": stream}) as r:
+        assert r.status_code == 200
+        data = b"".join(r.iter_bytes())
+    expected = np.concatenate([voice.audio_for(first), np.zeros(4000, np.float32), voice.audio_for(second)])
+    np.testing.assert_array_equal(np.frombuffer(data, "<i2"), float_to_int16(expected))
+    assert voice.early_heads == before + (1 if stream else 0)  # only streams get an early head
+
+
 @pytest.mark.parametrize("body,status,code", [
     ({"input": "   "}, 400, "invalid_input"),
     ({"input": "... 42 ..."}, 400, "invalid_input"),

@@ -32,8 +32,8 @@ class _QueueSink:
         except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
 
-    def on_audio(self, index: int, samples: np.ndarray, text: str) -> None:
-        self._put((index, samples, text))
+    def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
+        self._put((index, samples, text, partial))
 
     def on_done(self, n_sentences: int) -> None:
         self._put(_DONE)
@@ -77,12 +77,12 @@ class SpeechStream:
         if isinstance(x, BaseException):
             self._done = True
             raise x
-        index, samples, text = x
+        index, samples, text, partial = x
         if self.timing.first_audio is None:
             self.timing.first_audio = time.monotonic()
         self.timing.audio_seconds += len(samples) / self.sample_rate
-        self.timing.sentences += 1
-        return AudioChunk(samples, self.sample_rate, index=index, text=text)
+        self.timing.sentences += not partial
+        return AudioChunk(samples, self.sample_rate, index=index, text=text, partial=partial)
 
     async def first(self) -> AudioChunk | None:
         """Wait for the first chunk (or the request's error) without consuming it: lets an

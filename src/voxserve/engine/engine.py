@@ -51,7 +51,9 @@ class EngineConfig:
 class Sink(Protocol):
     """Where a request's results go. Called from engine threads, in order, for one request."""
 
-    def on_audio(self, index: int, samples: np.ndarray, text: str) -> None: ...
+    def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
+        """A sentence's audio; partial=True: its head (a stream's first audio), the rest of
+        sentence `index` follows in the next call (with text "")."""
     def on_done(self, n_sentences: int) -> None: ...
     def on_error(self, error: BaseException) -> None: ...
 
@@ -124,8 +126,22 @@ class _Worker:
         t0 = time.perf_counter()
         error: BaseException | None = None
         audios: Sequence[np.ndarray] = ()
+        heads: set[int] = set()
+
+        def on_early(k: int, samples: np.ndarray) -> None:  # a stream's first audio, mid-batch
+            it = batch.items[k]
+            with self.cond:
+                r = eng._requests.get(it.request_id)
+                if r is not None and not r.finished:
+                    heads.add(k)
+                    r.sink.on_audio(it.index, samples, getattr(it.payload, "text", ""), partial=True)
+
         try:
-            audios = voice.run_units([it.payload for it in batch.items])  # the device work
+            units = [it.payload for it in batch.items]
+            if batch.early:
+                audios = voice.run_units(units, early=batch.early, on_early=on_early)  # the device work
+            else:
+                audios = voice.run_units(units)
         except Exception as e:  # a model failure fails the batch's requests, not the worker
             log.exception("batch of %d sentences failed", len(batch))
             error = e
@@ -152,7 +168,7 @@ class _Worker:
                     eng._fail(r, error)
                     continue
                 r.delivered += 1
-                r.sink.on_audio(it.index, audios[k], getattr(it.payload, "text", ""))
+                r.sink.on_audio(it.index, audios[k], "" if k in heads else getattr(it.payload, "text", ""))
                 eng._maybe_finish(r)
             for rid in {it.request_id for it in batch.items}:
                 r = eng._requests.get(rid)

@@ -123,6 +123,9 @@ class Item:
 class Batch:
     voice: Hashable
     items: list[Item]
+    early: tuple[int, ...] = ()
+    """Positions of items that are a streaming request's first sentence (its client waits for
+    first audio): the runner may deliver their audio's head before the batch ends."""
 
     @property
     def cost(self) -> int:
@@ -338,8 +341,11 @@ class Scheduler:
             cost += it.cost
             lo = it.cost if len(chosen) == 1 else min(lo, it.cost)
             hi = max(hi, it.cost)
-        for it in chosen:
+        early = []
+        for k, it in enumerate(chosen):
             r = self._requests[it.request_id]
+            if r.streaming and r.served == 0:
+                early.append(k)
             head = r.queue.popleft()
             assert head is it, "items of a request must leave in order"
             r.served += 1
@@ -348,7 +354,7 @@ class Scheduler:
             r.running += 1
         self.queued -= len(chosen)
         self.queued_cost -= cost
-        return Batch(voice, chosen)
+        return Batch(voice, chosen, tuple(early))
 
     def complete(self, batch: Batch, seconds: float | None = None) -> None:
         """The batch has run (its results are delivered by the caller); `seconds`: how long it

@@ -36,6 +36,14 @@ class RuntimeOptions:
     """Keep each stage's weights in pinned host memory, on the device only while it runs."""
     memory_fraction: float | None = None
     """CUDA: cap this process's share of device memory (torch.cuda.set_per_process_memory_fraction)."""
+    first_audio_frames: int = 64
+    """Streams' first audio: a sentence marked `early` (a streaming request's first) of at least
+    `first_audio_split_frames` latent frames is synthesised as a head of max(this, 1/16 of the
+    sentence) frames, delivered at once, then the rest; the two join exactly (each part is
+    computed with the flow's and decoder's receptive field of real context). 0 = off."""
+    first_audio_split_frames: int = 512
+    """Shortest sentence (latent frames; 512 ~ 6 s at 22 kHz) split for first audio: a split
+    costs two receptive fields (~90 frames) of extra flow + decoder work."""
 
     def validate(self) -> "RuntimeOptions":
         if self.decode_layout not in ("auto", "packed", "padded"):
@@ -48,6 +56,8 @@ class RuntimeOptions:
             raise ValueError("threads must be at least 1")
         if self.offload and self.cuda_graphs:
             raise ValueError("cuda_graphs and offload cannot be combined: graphs bind the weights' device addresses")
+        if self.first_audio_frames < 0 or self.first_audio_split_frames < 0:
+            raise ValueError("first_audio_frames and first_audio_split_frames must be >= 0")
         if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
             raise ValueError("memory_fraction must be in (0, 1]")
         return self

@@ -21,7 +21,7 @@ import logging
 import math
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -78,6 +78,19 @@ def decoder_receptive_field_frames(dims: VitsDims) -> float:
             per_block.append(sum((rk - 1) // 2 * x for x in d))
         total += max(per_block) / scale
     return total + 3 / scale
+
+
+def synth_context_frames(dims: VitsDims) -> int:
+    """Latent frames of real context that make a slice of a sentence's synth (flow + decoder)
+    exact in its interior: the flow's couplings run one after another, each reaching
+    sum((k - 1) / 2 * dilation) frames, then the decoder's receptive field; rounded up, plus one."""
+    per_coupling = sum((dims.flow_kernel_size - 1) // 2 * dims.flow_dilation_rate ** i
+                       for i in range(dims.flow_n_layers))
+    return int(math.ceil(dims.flow_n_flows * per_coupling + decoder_receptive_field_frames(dims))) + 1
+
+
+EarlyAudio = Callable[[int, np.ndarray], None]
+"""on_early(k, samples): the head of item k's audio, before the batch finishes."""
 
 
 class PendingAudio:
@@ -194,39 +207,78 @@ class VitsRunner(ResidentWeights):
         return t
 
     # ------------------------------------------------------------------ run
-    def run(self, items: Sequence[VitsItem]) -> list[np.ndarray]:
+    def run(self, items: Sequence[VitsItem], early: Sequence[int] = (),
+            on_early: EarlyAudio | None = None) -> list[np.ndarray]:
         """Synthesise a batch. Returns float32 audio per item, trimmed to its own length.
+
+        early / on_early: items (positions) whose client waits for its first audio (a stream's
+        first sentence). A long one is synthesised as a head, passed to on_early(k, samples)
+        as soon as it is made, then the rest; for such an item the result holds only the rest
+        (see RuntimeOptions.first_audio_frames). Head + rest equal the whole sentence's audio.
 
         On a CUDA out-of-memory error the batch is split in halves and each half retried:
         a batch too big for the device costs time, never the requests."""
         if not items:
             return []
         self._check(items)
+        sent: dict[int, int] = {}  # heads already delivered: item -> samples
+
+        def deliver(k: int, samples: np.ndarray) -> None:
+            sent[k] = len(samples)
+            on_early(k, samples)
+
         try:
-            return self.submit(items).result()
+            return self.submit(items, early if on_early else (), deliver).result()
         except torch.OutOfMemoryError:
-            if len(items) == 1:
+            if len(items) == 1 and not sent:
                 raise
             self.oom_splits += 1
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+            if sent:  # a head is out: redo the batch plainly and drop what was delivered
+                log.warning("out of memory on a batch of %d after its first audio; retrying it", len(items))
+                audios = self.run(items[:1]) + self.run(items[1:]) if len(items) > 1 else self.run(items)
+                return [a[sent.get(k, 0):] for k, a in enumerate(audios)]
             half = len(items) // 2
             log.warning("out of memory on a batch of %d; retrying as %d + %d", len(items), half, len(items) - half)
-            return self.run(items[:half]) + self.run(items[half:])
+            lo = [k for k in early if k < half]
+            hi = [k - half for k in early if k >= half]
+            return (self.run(items[:half], lo, on_early)
+                    + self.run(items[half:], hi, (lambda k, a: on_early(k + half, a)) if on_early else None))
 
     @torch.inference_mode()
-    def submit(self, items: Sequence[VitsItem]) -> PendingAudio:
+    def submit(self, items: Sequence[VitsItem], early: Sequence[int] = (),
+               on_early: EarlyAudio | None = None) -> PendingAudio:
         """Run the device work of a batch and start the copy of its audio to host memory.
+        (early / on_early: see `run`; heads are delivered from inside this call.)
 
         On CUDA the copy runs on a side stream: the next batch's compute can start while this
         one's audio is still coming back; `PendingAudio.result()` waits for the copy alone."""
         self._check(items)
         with self._lock:
             if self.layout == "padded":
-                audios, lengths = self._run_padded(items)
+                audios, lengths = self._run_padded(items, early if on_early else (), on_early)
             else:
-                audios, lengths = self._run_packed(items)
+                audios, lengths = self._run_packed(items, early if on_early else (), on_early)
             return self._copy_out(audios, lengths)
+
+    def head_frames(self, frames: int) -> int:
+        """Frames of a sentence's head for first audio (0: not split): at least
+        first_audio_frames and 1/16 of the sentence, so that the rest (at a real-time factor
+        under ~1/16) is ready before the head has played."""
+        c = self.config
+        if not c.first_audio_frames or frames < max(c.first_audio_split_frames, 1):
+            return 0
+        head = max(c.first_audio_frames, -(-frames // 16))
+        return head if head + 2 * self.context < frames else 0
+
+    @property
+    def context(self) -> int:
+        return synth_context_frames(self.dims)
+
+    @staticmethod
+    def _emit(on_early: EarlyAudio, k: int, audio: torch.Tensor) -> None:
+        on_early(k, audio.float().cpu().numpy().copy())
 
     def _copy_out(self, audios: list[torch.Tensor], lengths: list[int]) -> PendingAudio:
         """One device->host copy of the batch's audio (concatenated on the device first)."""
@@ -294,9 +346,10 @@ class VitsRunner(ResidentWeights):
             groups.append([i])
         return groups
 
-    def _run_packed(self, items: Sequence[VitsItem]) -> tuple[list[torch.Tensor], list[int]]:
+    def _run_packed(self, items: Sequence[VitsItem], early: Sequence[int] = (),
+                    on_early: EarlyAudio | None = None) -> tuple[list[torch.Tensor], list[int]]:
         """Encoder in length groups; flow + decoder on the items laid end to end, in runs of at
-        most max_decode_frames."""
+        most max_decode_frames. Heads of `early` items first (see `run`)."""
         m = self.model
         B = len(items)
         gens = [self._generator(it.seed) for it in items]
@@ -342,9 +395,11 @@ class VitsRunner(ResidentWeights):
         z_noise = self._to_device(noise) if noise is not None else torch.zeros(C, P, device=self.device)
 
         hop = self.dims.hop_length
-        audios = []
-        for run in self._decode_groups(y_len):
-            a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
+        ctx = self.context
+
+        def synth_span(a: int, b: int, run: list[int]) -> torch.Tensor:
+            """Flow + decoder over packed frames [a, b) holding the items of `run` ->
+            audio [(b - a) * hop] (a masked bucket tail, if any, cut off)."""
             L = b - a
             Lb = geometric_bucket(L) if self.buckets else L  # a masked tail makes shapes repeat
             decode_mask = None
@@ -361,16 +416,35 @@ class VitsRunner(ResidentWeights):
             x = SynthInputs(run_slice(m_pk), run_slice(logs_pk), run_slice(z_noise), run_slice(mask[0]),
                             None if g_pk is None else run_slice(g_pk), decode_mask)
             with self._stage("synth"):
-                audio = self.stages.synth(x, single_item=len(run) == 1 and Lb == L)  # [Lb * hop]
+                return self.stages.synth(x, single_item=len(run) == 1 and Lb == L)[: L * hop]
+
+        # first audio: each early item's head [0, H) from frames [0, H + ctx), delivered now
+        head = {i: h for i in early if (h := self.head_frames(y_len[i]))}
+        for i, h in head.items():
+            a = starts[i]
+            self._emit(on_early, i, synth_span(a, a + h + ctx, [i])[: h * hop])
+
+        audios: list[torch.Tensor] = [None] * B  # type: ignore[list-item]
+        for run in self._decode_groups(y_len, alone=head):
+            if run[0] in head:  # the rest [H, n) from frames [H - ctx, n) (from 0 if H < ctx)
+                i = run[0]
+                left = min(ctx, head[i])
+                audios[i] = synth_span(starts[i] + head[i] - left, starts[i] + y_len[i], run)[left * hop :]
+                continue
+            a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
+            audio = synth_span(a, b, run)
             for i in run:
                 off = (starts[i] - a) * hop
-                audios.append(audio[off : off + y_len[i] * hop])
-        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": float(len(groups))}
-        return audios, [n * hop for n in y_len]
+                audios[i] = audio[off : off + y_len[i] * hop]
+        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": float(len(groups)),
+                           "early_heads": float(len(head))}
+        return audios, [(n - head.get(i, 0)) * hop for i, n in enumerate(y_len)]
 
-    def _run_padded(self, items: Sequence[VitsItem]) -> tuple[list[torch.Tensor], list[int]]:
+    def _run_padded(self, items: Sequence[VitsItem], early: Sequence[int] = (),
+                    on_early: EarlyAudio | None = None) -> tuple[list[torch.Tensor], list[int]]:
         """The reference layout: one padded batch through every stage, dense masks everywhere
-        (always eager)."""
+        (always eager). Early heads are computed on their own first, then the whole batch as
+        without them (their frames are synthesised twice: this layout is the reference)."""
         m = self.model
         B = len(items)
         gens = [self._generator(it.seed) for it in items]
@@ -391,6 +465,14 @@ class VitsRunner(ResidentWeights):
         mm, ll, y_mask = m.expand(m_p, logs_p, durations, y_t, n)
         z_noise = self._noise(items, gens, y_len, self.dims.inter_channels, lambda it: it.noise_scale)
         hop = self.dims.hop_length
+        ctx = self.context
+        head = {i: h for i in early if (h := self.head_frames(y_len[i]))}
+        with self._stage("synth"):
+            for i, h in head.items():
+                sl = (slice(i, i + 1), slice(None), slice(0, h + ctx))
+                gi = None if g is None else g[i : i + 1]
+                zi = m.flow_reverse(mm[sl], ll[sl], y_mask[sl], z_noise[sl], gi)
+                self._emit(on_early, i, m.decode(zi, None, gi)[0, 0, : h * hop])
         audios = []
         with self._stage("synth"):
             z = m.flow_reverse(mm, ll, y_mask, z_noise, g)
@@ -401,19 +483,21 @@ class VitsRunner(ResidentWeights):
                 audio = m.decode(z.index_select(0, idx)[:, :, :nn_],
                                  None if full else y_mask.index_select(0, idx)[:, :, :nn_],
                                  None if g is None else g.index_select(0, idx))
-                audios.extend(audio[j, 0, : y_len[i] * hop] for j, i in enumerate(run))
-        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0}
-        return audios, [n * hop for n in y_len]
+                audios.extend(audio[j, 0, head.get(i, 0) * hop : y_len[i] * hop] for j, i in enumerate(run))
+        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0,
+                           "early_heads": float(len(head))}
+        return audios, [(n - head.get(i, 0)) * hop for i, n in enumerate(y_len)]
 
-    def _decode_groups(self, y_lengths: Sequence[int]) -> list[list[int]]:
-        """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames."""
+    def _decode_groups(self, y_lengths: Sequence[int], alone=()) -> list[list[int]]:
+        """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames;
+        items in `alone` make runs of their own."""
         cap = self.config.max_decode_frames
         groups: list[list[int]] = []
         cur: list[int] = []
         total = 0
         for i, n in enumerate(y_lengths):
             cost = n + (self.gap if cur else 0)
-            if cur and total + cost > cap:
+            if cur and (total + cost > cap or i in alone or cur[-1] in alone):
                 groups.append(cur)
                 cur, total, cost = [], 0, n
             cur.append(i)

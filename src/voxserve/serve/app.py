@@ -328,6 +328,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
         gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
         first = True
+        joined = False  # the previous chunk was a sentence's head: this one is its rest
         deadline = stream.timing.submitted + config.request_timeout_s
         try:
             async for chunk in _until(stream, deadline):
@@ -335,10 +336,11 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                     first = False
                     if stream.timing.first_audio is not None:
                         metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
-                elif len(gap):
+                elif len(gap) and not joined:
                     data = await encode(encoder, fmt, gap)
                     if data:
                         yield data
+                joined = chunk.partial
                 data = await encode(encoder, fmt, chunk.samples)
                 if data:
                     yield data
@@ -381,7 +383,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
         parts: list[np.ndarray] = []
         for k, c in enumerate(chunks):
-            if k and len(gap):
+            if k and len(gap) and not chunks[k - 1].partial:
                 parts.append(gap)
             parts.append(c.samples)
         samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)

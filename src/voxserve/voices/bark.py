@@ -310,7 +310,8 @@ class BarkVoice(Voice):
 
         return gen()
 
-    def run_units(self, units: Sequence[Unit]) -> list[np.ndarray]:
+    def run_units(self, units: Sequence[Unit], early: Sequence[int] = (), on_early=None) -> list[np.ndarray]:
+        # no early heads: a Bark sentence's audio comes out of three generation stages at once
         return self.runner.run([u.payload for u in units])
 
     # ---------------------------------------------------------------- text
