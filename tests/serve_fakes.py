@@ -31,7 +31,7 @@ class FakeVoice:
         self.concurrent = 0
         self.max_concurrent = 0
         self.gate: threading.Event | None = None  # if set, run_units waits for it
-        self.early_heads = 0  # heads delivered early (streams' first sentences)
+        self.cuts = 0  # units cut into a piece and a rest
 
     @property
     def speakers(self):
@@ -61,28 +61,42 @@ class FakeVoice:
         n = 200 + 10 * len(sentence)
         return (0.5 * np.sin(2 * np.pi * f * np.arange(n) / sample_rate)).astype(np.float32)
 
-    HEAD_MIN_SAMPLES = 600  # early units this long get their first third delivered at once
+    HEAD_MIN_SAMPLES = 600  # an early unit this long is cut after its first third
 
-    def run_units(self, units, early=(), on_early=None):
+    def run_units(self, units):
+        return [a for a, _ in self.run_pieces(units)]
+
+    def run_pieces(self, units, early=(), max_cost=None):
+        """Like a VITS voice: an early unit of HEAD_MIN_SAMPLES or more is cut after its first
+        third, and with max_cost a unit costing over 1.25 x max_cost is cut after 10 * max_cost
+        samples; the rest comes back
+        as a Unit whose payload is ("rest", sentence, offset)."""
         with self.lock:
             self.concurrent += 1
             self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
             if self.gate is not None:
                 self.gate.wait(10)
-            audios = [self.audio_for(u.payload, self.sample_rate) for u in units]
-            heads = {}
-            for k in early if on_early else ():
-                if len(audios[k]) >= self.HEAD_MIN_SAMPLES:
-                    heads[k] = len(audios[k]) // 3
-                    on_early(k, audios[k][: heads[k]])
+            out = []
+            for k, u in enumerate(units):
+                _, sent, off = u.payload if isinstance(u.payload, tuple) else ("", u.payload, 0)
+                a = self.audio_for(sent, self.sample_rate)[off:]
+                cut = 0
+                if k in early and len(a) >= self.HEAD_MIN_SAMPLES:
+                    cut = len(a) // 3
+                elif max_cost and u.cost > 1.25 * max_cost:  # as VITS: only items that run alone
+                    cut = 10 * max_cost
+                if cut:
+                    self.cuts += 1
+                    out.append((a[:cut], Unit(u.index, u.text, max(1, (len(a) - cut) // 10), ("rest", sent, off + cut))))
+                else:
+                    out.append((a, None))
             if self.delay_s:
                 time.sleep(self.delay_s)
             with self.lock:
                 self.run_texts.extend(u.payload for u in units)
                 self.batches.append(len(units))
-                self.early_heads += len(heads)
-            return [a[heads.get(k, 0):] for k, a in enumerate(audios)]
+            return out
         finally:
             with self.lock:
                 self.concurrent -= 1

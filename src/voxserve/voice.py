@@ -85,6 +85,15 @@ class Voice(ABC):
         rest of that unit's audio (head + rest = the unit's audio). Voices that cannot (Bark)
         ignore it."""
 
+    def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
+                   max_cost: int | None = None) -> list[tuple[np.ndarray, Unit | None]]:
+        """Run one batch, cutting long units: (audio, rest) per unit, where rest is None or a
+        Unit (same index) for the rest of that unit's audio, to run in a later batch. `early`
+        units (a stream's first sentence) may be cut after a short head (first audio sooner);
+        with max_cost, no piece costs much more than max_cost (a batch's time stays bounded).
+        The pieces of a unit join exactly. Voices that cannot cut (Bark) run units whole."""
+        return [(a, None) for a in self.run_units(units)]
+
     def submit_units(self, units: Sequence[Unit]) -> "PendingResult":
         """Start a batch; `.result()` gives what run_units would. Back ends that can overlap
         the copy-out of one batch with the compute of the next override this."""
@@ -225,6 +234,12 @@ class VitsVoice(Voice):
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
                   on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
         return self.runner.run([u.payload for u in units], early, on_early)
+
+    def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
+                   max_cost: int | None = None) -> list[tuple[np.ndarray, Unit | None]]:
+        out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
+        return [(a, None if rest is None else Unit(u.index, u.text, rest.cost, rest))
+                for u, (a, rest) in zip(units, out)]
 
     def warmup(self) -> None:
         """CUDA: capture the graph grid; CPU: create the kernels of every shape bucket."""

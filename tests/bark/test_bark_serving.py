@@ -43,6 +43,9 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self._voice, name)
 
+    def run_pieces(self, units, early=(), max_cost=None):
+        return [(a, None) for a in self.run_units(units)]
+
     def run_units(self, units, early=(), on_early=None):
         self.batches.append([u.payload for u in units])
         if self.hold is not None and len(self.batches) > 1:

@@ -57,7 +57,49 @@ def test_stream_first_sentence_head_comes_early_and_joins_exactly():
     assert chunks[0].text.startswith("a first") and chunks[1].text == ""
     np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), v.expected(text))
     assert [(c.index, c.partial) for c in plain] == [(0, False), (1, False)]  # not a stream: no head
-    assert v.early_heads == 1
+    assert v.cuts == 1
+
+
+def test_long_sentence_runs_in_pieces_others_go_between_and_order_holds():
+    """A sentence over ~1.25 x max_batch_phonemes comes back cut; its rest is queued again at the
+    front of its request, so a short request submitted meanwhile is served between the pieces
+    (a batch never holds the device for the whole long sentence) and every audio stays in order."""
+    v = FakeVoice()
+    long_sentence = "w" * 120  # cost 120 > 1.25 x 40: pieces of 400 samples
+    got: dict[str, list] = {"long": [], "short": []}
+
+    class Sink:
+        def __init__(self, key):
+            self.key = key
+            self.done = threading.Event()
+        def on_audio(self, i, a, t, partial=False):
+            got[self.key].append((i, partial, a))
+        def on_done(self, n):
+            self.done.set()
+        def on_error(self, e):
+            raise AssertionError(e)
+
+    eng = Engine([v], cfg(max_batch_phonemes=40)).start(threads=False)
+    sinks = {"long": Sink("long"), "short": Sink("short")}
+    eng.submit("fake", long_sentence + ". tail.", None, sinks["long"])
+    deadline = time.monotonic() + 5
+    while eng.queued_sentences() < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert eng.step() is not None  # the first piece of the long sentence
+    eng.submit("fake", "hi.", None, sinks["short"])
+    while eng.queued_sentences() < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    while eng.step() is not None:
+        pass
+    assert all(s.done.is_set() for s in sinks.values())
+    order = [p for p in v.run_texts]
+    assert order.index("hi") < len(order) - 2  # served between the long sentence's pieces
+    pieces = [(i, partial) for i, partial, _ in got["long"]]
+    assert pieces[0] == (0, True) and pieces[-2:] == [(0, False), (1, False)] and len(pieces) >= 4
+    np.testing.assert_array_equal(np.concatenate([a for *_, a in got["long"]]),
+                                  v.expected(long_sentence + ". tail."))
+    assert eng.sentences_run == 3 and v.cuts >= 2
+    eng.shutdown(timeout=1)
 
 
 def test_cancel_drops_pending_sentences_they_are_never_run():

@@ -1,5 +1,7 @@
-"""First audio of streams: a long early sentence is synthesised as a head (delivered at once)
-and a rest, and head + rest equal the sentence synthesised whole."""
+"""Cutting sentences into pieces: a long early sentence (a stream's first) is synthesised as a
+head (delivered at once) and a rest; with max_cost any long sentence is cut into bounded
+pieces whose rests run in later batches. The pieces join exactly: they equal the sentence
+synthesised whole."""
 
 from __future__ import annotations
 
@@ -38,10 +40,8 @@ def _run_early(voice, items, early):
     return heads, rest
 
 
-@pytest.mark.parametrize("layout", ["packed", "padded"])
-def test_head_plus_rest_equals_whole(tiny_split, layout):
+def test_head_plus_rest_equals_whole(tiny_split):
     v = tiny_split
-    v.runner.layout = layout
     rng = np.random.default_rng(3)
     items = [v._item(_ids(rng, n), SEEDED.validate(), i) for i, n in enumerate((120, 9, 150, 60))]
     whole = v.runner.run(items)
@@ -89,28 +89,75 @@ def test_short_or_plain_batches_are_not_split(tiny_split):
     v.runner.config = dataclasses.replace(v.runner.config, first_audio_frames=0)
     heads, rest = _run_early(v, items, early=[0])
     assert not heads and len(rest[0]) == len(whole)
+    assert v.runner.run_pieces(items, [0], max_cost=None)[0][1] is None
 
 
-def test_out_of_memory_after_the_head_loses_and_repeats_nothing(tiny_split, monkeypatch):
+def test_padded_layout_never_cuts(tiny_split):
+    v = tiny_split
+    v.runner.layout = "padded"
+    rng = np.random.default_rng(7)
+    items = [v._item(_ids(rng, 150), SEEDED.validate(), 0)]
+    whole = v.runner.run(items)[0]
+    heads, rest = _run_early(v, items, early=[0])
+    assert not heads and np.abs(rest[0] - whole).max() <= 1e-4
+    assert v.runner.run_pieces(items, [0], max_cost=8)[0][1] is None
+
+
+def test_max_cost_pieces_and_their_rests_join_exactly(tiny_split):
+    """Every item cut into bounded pieces; each round runs the rests (continuations) together
+    with a fresh item in one packed batch, until nothing is left."""
+    v = tiny_split
+    runner = v.runner
+    rng = np.random.default_rng(8)
+    opts = SEEDED.validate()
+    items = [v._item(_ids(rng, n), opts, i) for i, n in enumerate((700, 450, 12))]
+    fresh = [v._item(_ids(rng, 30), opts, 10 + i) for i in range(6)]
+    whole = runner.run(items + fresh)
+    max_cost = 60  # ids: pieces of 4 contexts (the least a piece may be)
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(items))}
+    pending = list(enumerate(items))
+    rounds = 0
+    fresh_out = []
+    while pending:
+        batch = [it for _, it in pending] + fresh[rounds : rounds + 1]
+        out = runner.run_pieces(batch, max_cost=max_cost)
+        nxt = []
+        for (i, _), (audio, rest) in zip(pending, out):
+            parts[i].append(audio)
+            if rest is not None:
+                assert rest.frames > 0 and rest.cost >= 1
+                nxt.append((i, rest))
+        if rounds < len(fresh):
+            fresh_out.append(out[-1][0])
+        pending, rounds = nxt, rounds + 1
+    assert rounds >= 3  # the long items were cut more than once
+    hop = runner.dims.hop_length
+    assert max(len(p) for ps in parts.values() for p in ps[:-1]) // hop <= runner.piece_frames(10**6, 1.0, max_cost)
+    for i in range(len(items)):
+        got = np.concatenate(parts[i])
+        assert len(got) == len(whole[i]) and np.abs(got - whole[i]).max() <= 1e-4, i
+    assert len(parts[2]) == 1  # the short item is not cut
+    for a, b in zip(fresh_out, whole[len(items):]):
+        assert np.abs(a - b).max() <= 1e-4
+
+
+def test_out_of_memory_splits_a_batch_with_early_items(tiny_split, monkeypatch):
     v = tiny_split
     runner = v.runner
     rng = np.random.default_rng(6)
-    items = [v._item(_ids(rng, n), SEEDED.validate(), i) for i, n in enumerate((150, 20, 40))]
+    items = [v._item(_ids(rng, n), SEEDED.validate(), i) for i, n in enumerate((40, 20, 150))]
     whole = runner.run(items)
-    real = runner.submit
-    calls = []
+    real = runner._submit
 
-    def fake(batch, early=(), on_early=None):
-        calls.append(len(batch))
-        if len(calls) == 1:  # the head goes out, then the device runs out of memory
-            real(batch, early, on_early)
+    def fake(batch, early, max_cost):
+        if len(batch) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(batch, early, on_early)
+        return real(batch, early, max_cost)
 
-    monkeypatch.setattr(runner, "submit", fake)
-    heads, rest = _run_early(v, items, early=[0])
-    assert list(heads) == [0] and len(calls) > 1
-    got = [np.concatenate([heads[0], rest[0]])] + rest[1:]
+    monkeypatch.setattr(runner, "_submit", fake)
+    heads, rest = _run_early(v, items, early=[2])
+    assert list(heads) == [2]
+    got = rest[:2] + [np.concatenate([heads[2], rest[2]])]
     for a, b in zip(got, whole):
         assert len(a) == len(b) and np.abs(a - b).max() <= 1e-4
 

@@ -177,14 +177,14 @@ def test_out_of_memory_splits_the_batch(tiny, monkeypatch):
     rng = np.random.default_rng(5)
     items = [tiny._item(_ids(rng, n), DET, 0) for n in (5, 12, 7, 30, 3)]
     ref = [runner.run([it])[0] for it in items]
-    real = runner.submit
+    real = runner._submit
 
     def fake(batch, *rest):
         if len(batch) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(batch, *rest)
 
-    monkeypatch.setattr(runner, "submit", fake)
+    monkeypatch.setattr(runner, "_submit", fake)
     before = runner.oom_splits
     got = runner.run(items)
     assert runner.oom_splits > before

@@ -114,14 +114,14 @@ def test_first_audio_head_joins_its_sentence_without_silence(client, stream):
     sentence silence goes between sentences only, never inside the split one."""
     c, voice, *_ = client
     first, second = "this first sentence is long enough for a head", "then a short one"
-    before = voice.early_heads
+    before = voice.cuts
     with c.stream("POST", "/v1/synthesize", json={"text": f"{first}. {second}.", "response_format": "pcm",
                                                   "sentence_silence": 0.25, "stream": stream}) as r:
         assert r.status_code == 200
         data = b"".join(r.iter_bytes())
     expected = np.concatenate([voice.audio_for(first), np.zeros(4000, np.float32), voice.audio_for(second)])
     np.testing.assert_array_equal(np.frombuffer(data, "<i2"), float_to_int16(expected))
-    assert voice.early_heads == before + (1 if stream else 0)  # only streams get an early head
+    assert voice.cuts == before + (1 if stream else 0)  # only streams get an early head
 
 
 @pytest.mark.parametrize("body,status,code", [
@@ -224,10 +224,10 @@ def test_api_key_required_except_health():
 def test_server_error_never_leaks_a_traceback():
     c, voice, eng, app = make_client()
 
-    def boom(units):
+    def boom(units, *args, **kw):
         raise RuntimeError("secret internal detail /home/x/model.py line 3")
 
-    voice.run_units = boom
+    voice.run_pieces = boom
     with c:
         r = c.post("/v1/synthesize", json={"text": "hello."})
         assert r.status_code == 500

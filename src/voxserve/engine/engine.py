@@ -52,8 +52,8 @@ class Sink(Protocol):
     """Where a request's results go. Called from engine threads, in order, for one request."""
 
     def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
-        """A sentence's audio; partial=True: its head (a stream's first audio), the rest of
-        sentence `index` follows in the next call (with text "")."""
+        """A sentence's audio; partial=True: a piece of it (a long sentence is cut, see
+        Voice.run_pieces), the rest of sentence `index` follows in the next calls (text "")."""
     def on_done(self, n_sentences: int) -> None: ...
     def on_error(self, error: BaseException) -> None: ...
 
@@ -125,31 +125,18 @@ class _Worker:
         voice = eng.voices[batch.voice]
         t0 = time.perf_counter()
         error: BaseException | None = None
-        audios: Sequence[np.ndarray] = ()
-        heads: set[int] = set()
-
-        def on_early(k: int, samples: np.ndarray) -> None:  # a stream's first audio, mid-batch
-            it = batch.items[k]
-            with self.cond:
-                r = eng._requests.get(it.request_id)
-                if r is not None and not r.finished:
-                    heads.add(k)
-                    r.sink.on_audio(it.index, samples, getattr(it.payload, "text", ""), partial=True)
-
-        try:
-            units = [it.payload for it in batch.items]
-            if batch.early:
-                audios = voice.run_units(units, early=batch.early, on_early=on_early)  # the device work
-            else:
-                audios = voice.run_units(units)
+        results: Sequence[tuple[np.ndarray, Any]] = ()
+        try:  # the device work; long items come back cut, with a rest to queue again
+            results = voice.run_pieces([it.payload for it in batch.items], early=batch.early,
+                                       max_cost=self.scheduler.config.max_batch_phonemes)
         except Exception as e:  # a model failure fails the batch's requests, not the worker
             log.exception("batch of %d sentences failed", len(batch))
             error = e
         dt = time.perf_counter() - t0
         if error is None:
-            audio_s = sum(len(a) for a in audios) / voice.sample_rate
+            audio_s = sum(len(a) for a, _ in results) / voice.sample_rate
             with eng._stats_lock:
-                eng.sentences_run += len(batch)
+                eng.sentences_run += sum(rest is None for _, rest in results)
                 eng.batches_run += 1
                 rate = batch.cost / max(dt, 1e-6)  # phoneme ids per second, for Retry-After
                 eng._recent_cost_rate = rate if not eng._recent_cost_rate else 0.8 * eng._recent_cost_rate + 0.2 * rate
@@ -167,8 +154,19 @@ class _Worker:
                 if error is not None:
                     eng._fail(r, error)
                     continue
+                audio, rest = results[k]
+                text = "" if it.continues else getattr(it.payload, "text", "")
+                if rest is not None:  # a piece: the rest goes back to the front of its queue
+                    if any(x.request_id == it.request_id for x in batch.items[k + 1 :]):
+                        # the scheduler keeps cuttable items apart from their successors
+                        log.error("a cut item shared its batch with a later item of its request")
+                        eng._fail(r, RuntimeError("internal error"))
+                        continue
+                    r.sink.on_audio(it.index, audio, text, partial=True)
+                    self.scheduler.requeue(it.request_id, it.index, rest.cost, rest, time.monotonic())
+                    continue
                 r.delivered += 1
-                r.sink.on_audio(it.index, audios[k], "" if k in heads else getattr(it.payload, "text", ""))
+                r.sink.on_audio(it.index, audio, text)
                 eng._maybe_finish(r)
             for rid in {it.request_id for it in batch.items}:
                 r = eng._requests.get(rid)

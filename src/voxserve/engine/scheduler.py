@@ -46,6 +46,16 @@ not make short ones pay for its padding. A skipped item keeps its place in line 
 requests that were served move back a round, so it anchors (or joins) one of the next batches:
 grouping cannot starve anything.
 
+Cut sentences
+-------------
+The runner may cut a long item (`Voice.run_pieces`): a stream's first sentence after a short
+head (first audio sooner), any item over about 1.25 x max_batch_phonemes into pieces of about
+max_batch_phonemes (no batch holds the device much longer than a full one). The rest comes back
+through `requeue` and runs in a later batch, ahead of its request's later sentences. So that a
+request's audio stays in order, an item that may be cut never shares a batch with its request's
+later items: a stream's first sentence runs without them, and an item over 1.25 x
+max_batch_phonemes runs alone anyway.
+
 Cancellation drops a request's queued items at once (they are never run). Back-pressure:
 `admit()` refuses new requests while `max_queued_sentences` items are queued; items of accepted
 requests are always accepted.
@@ -117,6 +127,8 @@ class Item:
     payload: Any
     arrival: float
     """Seconds (caller's clock) when it was queued."""
+    continues: bool = False
+    """The rest of a sentence whose first piece has been delivered (see `requeue`)."""
 
 
 @dataclass
@@ -192,6 +204,19 @@ class Scheduler:
         self.queued_cost += max(int(cost), 1)
         return True
 
+    def requeue(self, request_id: Hashable, index: int, cost: int, payload: Any, now: float) -> bool:
+        """Put the rest of a sentence that was cut (its first piece delivered) at the front of
+        its request's queue: it is that request's next item. For a stream it counts as the
+        stream's first audio did (its own cost alone), so a client that has started playing a
+        sentence gets the rest before longer work. False if the request is gone."""
+        r = self._requests.get(request_id)
+        if r is None:
+            return False
+        r.queue.appendleft(Item(request_id, index, max(int(cost), 1), payload, now, continues=True))
+        self.queued += 1
+        self.queued_cost += max(int(cost), 1)
+        return True
+
     def cancel(self, request_id: Hashable) -> int:
         """Forget a request; its queued items are dropped. Returns how many were dropped."""
         r = self._requests.pop(request_id, None)
@@ -231,7 +256,7 @@ class Scheduler:
 
         def key(r: _Request):
             waited = now - max(r.queue[0].arrival, r.last_service)
-            first = r.streaming and r.served == 0
+            first = r.streaming and (r.served == 0 or r.queue[0].continues)
             if waited >= starve:
                 return (0, 0, r.vserved, r.seq)
             if self.config.shortest_first:
@@ -321,6 +346,8 @@ class Scheduler:
 
     def _build(self, voice: Hashable, now: float) -> Batch:
         c = self.config
+        # a stream's first item takes no successor of its request into the batch: it may be cut
+        # (see "Cut sentences"), and its rest must come before them
         chosen: list[Item] = []
         cost = 0
         lo = hi = 0
@@ -329,6 +356,9 @@ class Scheduler:
             if len(chosen) >= c.max_batch_size:
                 break
             if it.request_id in blocked:
+                continue
+            r = self._requests[it.request_id]
+            if r.streaming and r.served == 0 and it.index != r.queue[0].index:
                 continue
             if chosen and cost + it.cost > c.max_batch_phonemes:
                 blocked.add(it.request_id)

@@ -51,6 +51,30 @@ class VitsItem:
     seed: int | None = None
 
 
+@dataclass(frozen=True)
+class VitsContinuation:
+    """The rest of a sentence cut by `VitsRunner.run_pieces`: its frame-level prior and noise
+    on the device (the text encoder does not run again), from `left` frames of context before
+    the first frame still to deliver."""
+
+    m: torch.Tensor  # [C, L]
+    logs: torch.Tensor  # [C, L]
+    noise: torch.Tensor | None  # [C, L] standard normal x noise_scale, None when 0
+    g: torch.Tensor | None  # [gin] speaker embedding
+    left: int
+    """Frames of context at the start (computed, not delivered)."""
+    ids_per_frame: float
+    """The sentence's phoneme ids per frame: converts frames to batching cost."""
+
+    @property
+    def frames(self) -> int:
+        return self.m.shape[-1] - self.left
+
+    @property
+    def cost(self) -> int:
+        return max(1, math.ceil(self.frames * self.ids_per_frame))
+
+
 def decoder_gap_frames(dims: VitsDims) -> int:
     """Zero frames between packed items: the widest one-sided reach of any decoder conv,
     in latent frames, rounded up, plus one. With masked inputs, this isolates items exactly."""
@@ -211,59 +235,75 @@ class VitsRunner(ResidentWeights):
             on_early: EarlyAudio | None = None) -> list[np.ndarray]:
         """Synthesise a batch. Returns float32 audio per item, trimmed to its own length.
 
-        early / on_early: items (positions) whose client waits for its first audio (a stream's
-        first sentence). A long one is synthesised as a head, passed to on_early(k, samples)
-        as soon as it is made, then the rest; for such an item the result holds only the rest
-        (see RuntimeOptions.first_audio_frames). Head + rest equal the whole sentence's audio.
+        early / on_early: items (positions) whose client waits for its first audio. A long one
+        is synthesised as a head, passed to on_early(k, samples) before the rest is made; for
+        such an item the result holds only the rest (head + rest = the sentence's audio; see
+        `run_pieces`).
 
         On a CUDA out-of-memory error the batch is split in halves and each half retried:
         a batch too big for the device costs time, never the requests."""
+        if not early or on_early is None:
+            return [a for a, _ in self.run_pieces(items)]
+        pieces = self.run_pieces(items, early)
+        cut = [k for k, (_, rest) in enumerate(pieces) if rest is not None]
+        for k in cut:
+            on_early(k, pieces[k][0])
+        out = [a for a, _ in pieces]
+        for k, a in zip(cut, self.run([pieces[k][1] for k in cut])):
+            out[k] = a
+        return out
+
+    def run_pieces(self, items: Sequence[VitsItem | VitsContinuation], early: Sequence[int] = (),
+                   max_cost: int | None = None) -> list[tuple[np.ndarray, VitsContinuation | None]]:
+        """Synthesise a batch, cutting long items: (audio, rest) per item, where rest is None
+        or a VitsContinuation to run later (in any later batch) for the rest of its audio.
+
+        * an `early` item (a stream's first sentence) of at least first_audio_split_frames is
+          cut after its head (`head_frames`), so its first audio comes in a fraction of the time;
+        * with max_cost, an item is cut after the frames that max_cost phoneme ids make, so no
+          item holds the device longer than a full batch does (the serving engine passes its
+          max_batch_phonemes: a short request then waits for at most one such piece).
+        Each piece is computed with the flow's and decoder's receptive field of real context
+        (`context` frames) on both sides, so the pieces of an item join exactly."""
         if not items:
             return []
         self._check(items)
-        sent: dict[int, int] = {}  # heads already delivered: item -> samples
-
-        def deliver(k: int, samples: np.ndarray) -> None:
-            sent[k] = len(samples)
-            on_early(k, samples)
-
         try:
-            return self.submit(items, early if on_early else (), deliver).result()
+            pending, rests = self._submit(items, early, max_cost)
+            return list(zip(pending.result(), rests))
         except torch.OutOfMemoryError:
-            if len(items) == 1 and not sent:
+            if len(items) == 1:
                 raise
             self.oom_splits += 1
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            if sent:  # a head is out: redo the batch plainly and drop what was delivered
-                log.warning("out of memory on a batch of %d after its first audio; retrying it", len(items))
-                audios = self.run(items[:1]) + self.run(items[1:]) if len(items) > 1 else self.run(items)
-                return [a[sent.get(k, 0):] for k, a in enumerate(audios)]
             half = len(items) // 2
             log.warning("out of memory on a batch of %d; retrying as %d + %d", len(items), half, len(items) - half)
-            lo = [k for k in early if k < half]
-            hi = [k - half for k in early if k >= half]
-            return (self.run(items[:half], lo, on_early)
-                    + self.run(items[half:], hi, (lambda k, a: on_early(k + half, a)) if on_early else None))
+            return (self.run_pieces(items[:half], [k for k in early if k < half], max_cost)
+                    + self.run_pieces(items[half:], [k - half for k in early if k >= half], max_cost))
 
-    @torch.inference_mode()
-    def submit(self, items: Sequence[VitsItem], early: Sequence[int] = (),
-               on_early: EarlyAudio | None = None) -> PendingAudio:
+    def submit(self, items: Sequence[VitsItem]) -> PendingAudio:
         """Run the device work of a batch and start the copy of its audio to host memory.
-        (early / on_early: see `run`; heads are delivered from inside this call.)
 
         On CUDA the copy runs on a side stream: the next batch's compute can start while this
         one's audio is still coming back; `PendingAudio.result()` waits for the copy alone."""
+        return self._submit(items, (), None)[0]
+
+    @torch.inference_mode()
+    def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None]]:
         self._check(items)
         with self._lock:
             if self.layout == "padded":
-                audios, lengths = self._run_padded(items, early if on_early else (), on_early)
+                if any(isinstance(it, VitsContinuation) for it in items):
+                    raise ValueError("the padded layout does not run continuations (use packed)")
+                audios, lengths = self._run_padded(items)
+                rests: list[VitsContinuation | None] = [None] * len(items)
             else:
-                audios, lengths = self._run_packed(items, early if on_early else (), on_early)
-            return self._copy_out(audios, lengths)
+                audios, lengths, rests = self._run_packed(items, early, max_cost)
+            return self._copy_out(audios, lengths), rests
 
     def head_frames(self, frames: int) -> int:
-        """Frames of a sentence's head for first audio (0: not split): at least
+        """Frames of a sentence's head for first audio (0: not cut): at least
         first_audio_frames and 1/16 of the sentence, so that the rest (at a real-time factor
         under ~1/16) is ready before the head has played."""
         c = self.config
@@ -272,13 +312,18 @@ class VitsRunner(ResidentWeights):
         head = max(c.first_audio_frames, -(-frames // 16))
         return head if head + 2 * self.context < frames else 0
 
+    def piece_frames(self, frames: int, ids_per_frame: float, max_cost: int | None) -> int:
+        """Frames of the first piece of an item when max_cost bounds a piece (0: not cut).
+        A piece is at least 4 contexts long (the overlap costs at most ~half a piece), and an
+        item is cut only if what is left is at least a quarter piece."""
+        if not max_cost:
+            return 0
+        piece = max(int(max_cost / max(ids_per_frame, 1e-6)), 4 * self.context)
+        return piece if frames - piece >= max(piece // 4, self.context) else 0
+
     @property
     def context(self) -> int:
         return synth_context_frames(self.dims)
-
-    @staticmethod
-    def _emit(on_early: EarlyAudio, k: int, audio: torch.Tensor) -> None:
-        on_early(k, audio.float().cpu().numpy().copy())
 
     def _copy_out(self, audios: list[torch.Tensor], lengths: list[int]) -> PendingAudio:
         """One device->host copy of the batch's audio (concatenated on the device first)."""
@@ -298,8 +343,12 @@ class VitsRunner(ResidentWeights):
             done.record()
         return PendingAudio(host, spans, done)
 
-    def _check(self, items: Sequence[VitsItem]) -> None:
+    def _check(self, items: Sequence[VitsItem | VitsContinuation]) -> None:
         for it in items:
+            if isinstance(it, VitsContinuation):
+                if it.m.shape[-1] <= it.left:
+                    raise ValueError("a continuation has no frames left")
+                continue
             if len(it.ids) == 0:
                 raise ValueError("an item has no phoneme ids")
             if min(it.ids) < 0 or max(it.ids) >= self.dims.n_vocab:
@@ -346,66 +395,99 @@ class VitsRunner(ResidentWeights):
             groups.append([i])
         return groups
 
-    def _run_packed(self, items: Sequence[VitsItem], early: Sequence[int] = (),
-                    on_early: EarlyAudio | None = None) -> tuple[list[torch.Tensor], list[int]]:
-        """Encoder in length groups; flow + decoder on the items laid end to end, in runs of at
-        most max_decode_frames. Heads of `early` items first (see `run`)."""
+    def _run_packed(self, items: Sequence[VitsItem | VitsContinuation], early: Sequence[int] = (),
+                    max_cost: int | None = None):
+        """Encoder in length groups; flow + decoder on the pieces laid end to end (a gap of
+        zeros between), in runs of at most max_decode_frames. -> audio per item (on the
+        device), its length in samples, and the continuation of each item that was cut."""
         m = self.model
         B = len(items)
-        gens = [self._generator(it.seed) for it in items]
-        groups = self.encode_groups([len(it.ids) for it in items])
-        enc = [(grp, self._encode([items[i] for i in grp], [gens[i] for i in grp])) for grp in groups]
-        # the one device->host read of the batch: every item's frame count
-        flat = torch.cat([e.frame_lengths for _, e in enc]).tolist()
-        y_len = [0] * B
-        for i, n in zip((i for grp in groups for i in grp), flat):
-            y_len[i] = n
-        starts, pos = [], 0
-        for i in range(B):
-            starts.append(pos)
-            pos += y_len[i] + self.gap
-        P = pos - self.gap  # packed frames: items in request order, `gap` zero frames between
-
         C = self.dims.inter_channels
-        dt = enc[0][1].m_p.dtype
-        m_pk = torch.zeros(C, P, device=self.device, dtype=dt)
-        logs_pk = torch.zeros(C, P, device=self.device, dtype=dt)
-        g_pk = None
-        if self.dims.n_speakers > 1:
-            g_pk = torch.zeros(self.dims.gin_channels, P, device=self.device)
-        for grp, e in enc:
-            n = max(y_len[i] for i in grp)
-            mm, ll, _ = m.expand(e.m_p, e.logs_p, e.durations, e.frame_lengths, n)  # [b, C, n]
-            src = np.concatenate([j * n + np.arange(y_len[i]) for j, i in enumerate(grp)])
-            dst = self._to_device(torch.from_numpy(np.concatenate([starts[i] + np.arange(y_len[i]) for i in grp])))
-            src = self._to_device(torch.from_numpy(src))
-            m_pk.index_copy_(1, dst, mm.permute(1, 0, 2).reshape(C, -1).index_select(1, src))
-            logs_pk.index_copy_(1, dst, ll.permute(1, 0, 2).reshape(C, -1).index_select(1, src))
-            if g_pk is not None:
-                item_of = self._to_device(torch.from_numpy(np.concatenate([np.full(y_len[i], j) for j, i in enumerate(grp)])))
-                g_pk.index_copy_(1, dst, e.g[:, :, 0].t().float().index_select(1, item_of))
-
-        mask_np = np.zeros(P, dtype=np.float32)
-        noise = torch.zeros(C, P) if any(it.noise_scale for it in items) else None
+        # every item as a segment: frame-level prior [C, L], noise, speaker, context on the left
+        segs: list[list] = [None] * B  # type: ignore[list-item]
+        fresh = [i for i, it in enumerate(items) if isinstance(it, VitsItem)]
+        n_groups = 0
+        if fresh:
+            f_items = [items[i] for i in fresh]
+            gens = [self._generator(it.seed) for it in f_items]
+            groups = self.encode_groups([len(it.ids) for it in f_items])
+            n_groups = len(groups)
+            enc = [(grp, self._encode([f_items[j] for j in grp], [gens[j] for j in grp])) for grp in groups]
+            # the one device->host read of the batch: every item's frame count
+            flat = torch.cat([e.frame_lengths for _, e in enc]).tolist()
+            y: dict[int, int] = dict(zip((j for grp in groups for j in grp), flat))
+            for grp, e in enc:
+                n = max(y[j] for j in grp)
+                mm, ll, _ = m.expand(e.m_p, e.logs_p, e.durations, e.frame_lengths, n)  # [b, C, n]
+                for r, j in enumerate(grp):
+                    g = None if e.g is None else e.g[r, :, 0].float()
+                    segs[fresh[j]] = [mm[r, :, : y[j]], ll[r, :, : y[j]], None, g, 0,
+                                      len(f_items[j].ids) / max(y[j], 1)]
+            for j, it in enumerate(f_items):  # after the duration noise, from the same generator
+                if it.noise_scale:
+                    segs[fresh[j]][2] = self._to_device(torch.randn(C, y[j], generator=gens[j]) * it.noise_scale)
         for i, it in enumerate(items):
-            mask_np[starts[i] : starts[i] + y_len[i]] = 1.0
-            if it.noise_scale:
-                noise[:, starts[i] : starts[i] + y_len[i]] = torch.randn(C, y_len[i], generator=gens[i]) * it.noise_scale
+            if isinstance(it, VitsContinuation):
+                segs[i] = [it.m, it.logs, it.noise, it.g, it.left, it.ids_per_frame]
+
+        # cut: pieces (item, span [lo, hi) of its segment, delivered [keep_lo, keep_hi))
+        ctx = self.context
+        early_set = set(early)
+        pieces: list[tuple[int, int, int, int, int]] = []
+        rests: list[VitsContinuation | None] = [None] * B
+        for i, (mk, lk, nk, gk, left, ipf) in enumerate(segs):
+            L = mk.shape[1]
+            cut = self.head_frames(L - left) if i in early_set else 0
+            cut = cut or self.piece_frames(L - left, ipf, max_cost)
+            if not cut:
+                pieces.append((i, 0, L, left, L))
+                continue
+            c = left + cut
+            pieces.append((i, 0, min(L, c + ctx), left, c))
+            lo = c - min(ctx, c)
+            rests[i] = VitsContinuation(mk[:, lo:].clone(), lk[:, lo:].clone(),
+                                        None if nk is None else nk[:, lo:].clone(), gk, c - lo, ipf)
+
+        # pack the pieces end to end, `gap` zero frames between
+        dt = segs[0][0].dtype
+        lens = [hi - lo for _, lo, hi, _, _ in pieces]
+        starts, pos = [], 0
+        for n in lens:
+            starts.append(pos)
+            pos += n + self.gap
+        P = pos - self.gap
+
+        def pack(get, channels: int, dtype) -> torch.Tensor:  # -> [channels, P]
+            parts = []
+            gap = torch.zeros(channels, self.gap, device=self.device, dtype=dtype)
+            for k, (i, lo, hi, _, _) in enumerate(pieces):
+                if k:
+                    parts.append(gap)
+                t = get(segs[i])
+                parts.append(torch.zeros(channels, hi - lo, device=self.device, dtype=dtype) if t is None
+                             else t[:, lo:hi] if t.dim() == 2 else t[:, None].expand(channels, hi - lo).to(dtype))
+            return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+        m_pk = pack(lambda sg: sg[0], C, dt)
+        logs_pk = pack(lambda sg: sg[1], C, dt)
+        z_noise = pack(lambda sg: sg[2], C, torch.float32)
+        g_pk = pack(lambda sg: sg[3], self.dims.gin_channels, torch.float32) if self.dims.n_speakers > 1 else None
+        mask_np = np.zeros(P, dtype=np.float32)
+        for st, n in zip(starts, lens):
+            mask_np[st : st + n] = 1.0
         mask = self._to_device(torch.from_numpy(mask_np)).view(1, 1, P)
-        z_noise = self._to_device(noise) if noise is not None else torch.zeros(C, P, device=self.device)
 
         hop = self.dims.hop_length
-        ctx = self.context
 
         def synth_span(a: int, b: int, run: list[int]) -> torch.Tensor:
-            """Flow + decoder over packed frames [a, b) holding the items of `run` ->
+            """Flow + decoder over packed frames [a, b) holding the pieces of `run` ->
             audio [(b - a) * hop] (a masked bucket tail, if any, cut off)."""
             L = b - a
             Lb = geometric_bucket(L) if self.buckets else L  # a masked tail makes shapes repeat
             decode_mask = None
             if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
                 # eager: zero only the gap and tail frames (O(gap), in place)
-                gaps = [np.arange(starts[i] + y_len[i], starts[j]) - a for i, j in zip(run, run[1:])]
+                gaps = [np.arange(starts[p] + lens[p], starts[q]) - a for p, q in zip(run, run[1:])]
                 idx = np.concatenate([np.zeros(0, np.int64), *gaps]).astype(np.int64)
                 decode_mask = GapMask(self._to_device(torch.from_numpy(idx)), Lb, tail_from=L)
 
@@ -418,33 +500,21 @@ class VitsRunner(ResidentWeights):
             with self._stage("synth"):
                 return self.stages.synth(x, single_item=len(run) == 1 and Lb == L)[: L * hop]
 
-        # first audio: each early item's head [0, H) from frames [0, H + ctx), delivered now
-        head = {i: h for i in early if (h := self.head_frames(y_len[i]))}
-        for i, h in head.items():
-            a = starts[i]
-            self._emit(on_early, i, synth_span(a, a + h + ctx, [i])[: h * hop])
-
         audios: list[torch.Tensor] = [None] * B  # type: ignore[list-item]
-        for run in self._decode_groups(y_len, alone=head):
-            if run[0] in head:  # the rest [H, n) from frames [H - ctx, n) (from 0 if H < ctx)
-                i = run[0]
-                left = min(ctx, head[i])
-                audios[i] = synth_span(starts[i] + head[i] - left, starts[i] + y_len[i], run)[left * hop :]
-                continue
-            a, b = starts[run[0]], starts[run[-1]] + y_len[run[-1]]
-            audio = synth_span(a, b, run)
-            for i in run:
-                off = (starts[i] - a) * hop
-                audios[i] = audio[off : off + y_len[i] * hop]
-        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": float(len(groups)),
-                           "early_heads": float(len(head))}
-        return audios, [(n - head.get(i, 0)) * hop for i, n in enumerate(y_len)]
+        for run in self._decode_groups(lens):
+            a = starts[run[0]]
+            audio = synth_span(a, starts[run[-1]] + lens[run[-1]], run)
+            for p in run:
+                i, lo, _, k0, k1 = pieces[p]
+                off = starts[p] - a - lo
+                audios[i] = audio[(off + k0) * hop : (off + k1) * hop]
+        self.last_stats = {"batch": B, "frames": float(sum(lens)), "encoder_groups": float(n_groups),
+                           "cut": float(sum(r is not None for r in rests))}
+        return audios, [(k1 - k0) * hop for _, _, _, k0, k1 in pieces], rests
 
-    def _run_padded(self, items: Sequence[VitsItem], early: Sequence[int] = (),
-                    on_early: EarlyAudio | None = None) -> tuple[list[torch.Tensor], list[int]]:
+    def _run_padded(self, items: Sequence[VitsItem]) -> tuple[list[torch.Tensor], list[int]]:
         """The reference layout: one padded batch through every stage, dense masks everywhere
-        (always eager). Early heads are computed on their own first, then the whole batch as
-        without them (their frames are synthesised twice: this layout is the reference)."""
+        (always eager; items are never cut)."""
         m = self.model
         B = len(items)
         gens = [self._generator(it.seed) for it in items]
@@ -465,14 +535,6 @@ class VitsRunner(ResidentWeights):
         mm, ll, y_mask = m.expand(m_p, logs_p, durations, y_t, n)
         z_noise = self._noise(items, gens, y_len, self.dims.inter_channels, lambda it: it.noise_scale)
         hop = self.dims.hop_length
-        ctx = self.context
-        head = {i: h for i in early if (h := self.head_frames(y_len[i]))}
-        with self._stage("synth"):
-            for i, h in head.items():
-                sl = (slice(i, i + 1), slice(None), slice(0, h + ctx))
-                gi = None if g is None else g[i : i + 1]
-                zi = m.flow_reverse(mm[sl], ll[sl], y_mask[sl], z_noise[sl], gi)
-                self._emit(on_early, i, m.decode(zi, None, gi)[0, 0, : h * hop])
         audios = []
         with self._stage("synth"):
             z = m.flow_reverse(mm, ll, y_mask, z_noise, g)
@@ -483,21 +545,19 @@ class VitsRunner(ResidentWeights):
                 audio = m.decode(z.index_select(0, idx)[:, :, :nn_],
                                  None if full else y_mask.index_select(0, idx)[:, :, :nn_],
                                  None if g is None else g.index_select(0, idx))
-                audios.extend(audio[j, 0, head.get(i, 0) * hop : y_len[i] * hop] for j, i in enumerate(run))
-        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0,
-                           "early_heads": float(len(head))}
-        return audios, [(n - head.get(i, 0)) * hop for i, n in enumerate(y_len)]
+                audios.extend(audio[j, 0, : y_len[i] * hop] for j, i in enumerate(run))
+        self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0}
+        return audios, [n * hop for n in y_len]
 
-    def _decode_groups(self, y_lengths: Sequence[int], alone=()) -> list[list[int]]:
-        """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames;
-        items in `alone` make runs of their own."""
+    def _decode_groups(self, y_lengths: Sequence[int]) -> list[list[int]]:
+        """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames."""
         cap = self.config.max_decode_frames
         groups: list[list[int]] = []
         cur: list[int] = []
         total = 0
         for i, n in enumerate(y_lengths):
             cost = n + (self.gap if cur else 0)
-            if cur and (total + cost > cap or i in alone or cur[-1] in alone):
+            if cur and total + cost > cap:
                 groups.append(cur)
                 cur, total, cost = [], 0, n
             cur.append(i)
