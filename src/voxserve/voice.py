@@ -113,8 +113,9 @@ class Voice(ABC):
 
     def stream(self, text: str, options: SynthesisOptions | None = None) -> Iterator[AudioChunk]:
         """One AudioChunk per sentence, in order; the first sentence runs alone so that it
-        arrives as soon as possible, later ones in growing batches. Memory stays bounded by
-        one batch, whatever the length of the text."""
+        arrives as soon as possible (a long one in two chunks: a head, `partial=True`, then the
+        rest; see `run_pieces`), later ones in growing batches. Memory stays bounded by one
+        batch, whatever the length of the text."""
         return self.stream_units(self.units(text, options))
 
     def stream_units(self, units: Iterator[Unit]) -> Iterator[AudioChunk]:
@@ -122,6 +123,18 @@ class Voice(ABC):
         units = iter(units)
         size = 1
         pending = list(itertools.islice(units, 1))
+        if pending:  # the first sentence: its head first, if the voice cuts it
+            first = pending[0]
+            audio, rest = self.run_pieces(pending, early=[0])[0]
+            text = first.text
+            while rest is not None:
+                yield AudioChunk(audio, self.sample_rate, index=first.index, text=text, partial=True)
+                text = ""
+                audio, rest = self.run_pieces([rest])[0]
+            nxt = list(itertools.islice(units, 1))
+            yield AudioChunk(audio, self.sample_rate, index=first.index, text=text, is_last=not nxt)
+            size = 2
+            pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
         while pending:
             nxt = list(itertools.islice(units, 1))  # look ahead one: mark the last chunk
             audios = self.run_units(pending)

@@ -76,7 +76,8 @@ class SchedulerConfig:
     """Sentences per batch."""
     max_batch_phonemes: int = 256
     """Phoneme ids per batch (sum of item costs; Bark sentences cost 2 per character, about
-    what a Piper voice's do); one item over it still runs, alone.
+    what a Piper voice's do). An item over 1.25x it runs alone, cut into pieces of about this
+    cost by a VITS voice (exact joins; see "Cut sentences"); a Bark one runs whole.
     A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
     flight: 256 ids (about 3 s of audio, 2-6 short sentences) keeps that near a quarter of a
     second on an idle 2-core CPU (measured: at 8 clients, 256 halved the median latency of
