@@ -112,17 +112,38 @@ def test_huge_text_streams_in_bounded_batches(joe_voice, monkeypatch):
     from voxserve import voice as voice_mod
 
     seen = []
-    orig = joe_voice.run_units
+    orig_units, orig_pieces = joe_voice.run_units, joe_voice.run_pieces
 
-    def spy(units):
+    def spy_units(units):
         seen.append(len(units))
-        return orig(units)
+        return orig_units(units)
 
-    monkeypatch.setattr(joe_voice, "run_units", spy)
+    def spy_pieces(units, *a, **kw):  # the first sentence (its head first, when cut)
+        seen.append(len(units))
+        return orig_pieces(units, *a, **kw)
+
+    monkeypatch.setattr(joe_voice, "run_units", spy_units)
+    monkeypatch.setattr(joe_voice, "run_pieces", spy_pieces)
     text = " ".join(f"Sentence number {i}." for i in range(40))
     n = sum(1 for _ in joe_voice.stream(text, voxserve.DETERMINISTIC))
     assert n == 40 and sum(seen) == 40
     assert seen[0] == 1 and max(seen) <= voice_mod.MAX_BATCH_SENTENCES
+
+
+def test_stream_yields_a_long_first_sentence_head_first(joe_voice, corpus):
+    """Voice.stream: the corpus's longest first sentence comes as a head (partial) and its rest;
+    together they equal the sentence synthesised whole."""
+    text = next(d["text"] for d in corpus if d["category"] == "long")
+    opts = SynthesisOptions(seed=3)
+    chunks = []
+    for c in joe_voice.stream(text, opts):
+        chunks.append(c)
+        if not c.partial:
+            break
+    assert [c.partial for c in chunks] == [True, False] and chunks[1].text == ""
+    whole = joe_voice.run_units([next(joe_voice.units(text, opts))])[0]
+    got = np.concatenate([c.samples for c in chunks])
+    assert len(got) == len(whole) and np.abs(got - whole).max() <= 1e-4
 
 
 def test_audio_encoders_roundtrip(tmp_path):
