@@ -13,6 +13,12 @@ Decoder layouts (`decode_layout`):
 * "padded": [B, C, F_max] with masks. Work grows with the length spread of the batch.
 On CPU, packed is the default (measured: padding a batch of corpus sentences costs 1.3-2x;
 see docs/benchmarks.md).
+
+Pieces (`run_pieces`, packed layout): a long item can be cut after a head (a stream's first
+audio) or into bounded pieces (the serving engine's max_batch_phonemes). Each piece runs with
+`synth_context_frames` of real context on both sides (the flow's couplings and the decoder's
+receptive field), so the pieces join exactly; the rest is a `VitsContinuation` holding the
+frame-level prior and noise on the device, run in a later batch like any item.
 """
 
 from __future__ import annotations
@@ -114,7 +120,7 @@ def synth_context_frames(dims: VitsDims) -> int:
 
 
 EarlyAudio = Callable[[int, np.ndarray], None]
-"""on_early(k, samples): the head of item k's audio, before the batch finishes."""
+"""on_early(k, samples): the head of item k's audio, before the rest of it is made."""
 
 
 class PendingAudio:
