@@ -23,6 +23,7 @@ frame-level prior and noise on the device, run in a later batch like any item.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import secrets
@@ -327,8 +328,8 @@ class VitsRunner(ResidentWeights):
         piece = max(int(max_cost / max(ids_per_frame, 1e-6)), 4 * self.context)
         return piece if frames - piece >= max(piece // 4, self.context) else 0
 
-    @property
-    def context(self) -> int:
+    @functools.cached_property
+    def context(self) -> int:  # computed once: it is asked per item of every batch
         return synth_context_frames(self.dims)
 
     def _copy_out(self, audios: list[torch.Tensor], lengths: list[int]) -> PendingAudio:
