@@ -46,7 +46,7 @@ def load_voice(
     ("bark:DIR" for a local Bark checkpoint directory).
 
     device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
-    dtype: None/"fp32"; "fp16" / "bf16" on CUDA.
+    dtype: None/"fp32"; "bf16" (the decoder in bf16: CUDA, or a CPU with AVX512-BF16/AMX); "fp16" on CUDA.
     runtime: RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a
     RuntimeOptions of which only `offload` and `threads` apply (the rest is VITS-specific).
     """

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, or bark:DIR for a local Bark checkpoint (default en_US-joe-medium)")
     say.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "pcm"], help="default: from -o's extension")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    say.add_argument("--dtype", default=None, help="fp32 (default), fp16 or bf16 (CUDA)")
+    say.add_argument("--dtype", default=None, help="fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)")
     say.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar (default: on a terminal, for more than 3 sentences)")
     _options_args(say)

@@ -74,10 +74,11 @@ def _arm(name, label, **kw) -> ArmSpec:
 
 # ---------------------------------------------------------------------------- the table
 # CPU: the voxserve back end with each of its CPU speed features switched off one at a time,
-# at all cores and at one thread; Piper's ONNX Runtime session at its default threads (the
-# reference) and at one thread.
+# at all cores and at one thread, and its bf16 decoder (native on AVX512-BF16/AMX CPUs); Piper's
+# ONNX Runtime session at its default threads (the reference) and at one thread.
 CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm("vox-cpu", "voxserve torch fp32, defaults", primary=True, stream=True),
+    _arm("vox-cpu-bf16", "voxserve, decoder in bf16", dtype="bf16", stream=True),
     _arm("vox-cpu-t1", "voxserve torch fp32, defaults, 1 thread", threads=1, quick=False),
     _arm(
         "vox-cpu-nocl", "voxserve, cpu_channels_last off", runtime={"cpu_channels_last": False}, quick=False

@@ -68,7 +68,7 @@ _HELP = {
     "voices": "voice to load: a registry name, bark:DIR, a Piper .onnx path, or NAME=SOURCE to name it "
               "(repeatable; the first is the default)",
     "device": "cpu, cuda, cuda:N or auto",
-    "dtype": "fp32 (default), fp16 or bf16 (CUDA)",
+    "dtype": "fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)",
     "max_batch_size": "sentences per batch",
     "max_batch_phonemes": "phoneme ids per batch",
     "max_wait_ms": "longest a sentence waits for companions before its batch starts",

@@ -363,7 +363,7 @@ def load_bark_voice(
 ) -> BarkVoice:
     """Load a local Bark checkpoint directory (never downloads).
 
-    device: "auto", "cpu", "cuda", "cuda:N". dtype: None/"fp32"; "fp16"/"bf16" need CUDA.
+    device: "auto", "cpu", "cuda", "cuda:N". dtype: None/"fp32"; "bf16" (CUDA or CPU); "fp16" needs CUDA.
     presets: extra speaker presets, {name: .npz path}.
     """
     d = Path(path).expanduser()
