@@ -73,6 +73,40 @@ def test_without_context_the_seam_differs(tiny_split, monkeypatch):
     assert np.abs(np.concatenate([heads[0], rest[0]]) - whole).max() > 1e-3
 
 
+def test_without_decoder_context_the_seam_differs(tiny_split, monkeypatch):
+    """Of the context, a cut piece decodes only `decode_context` frames (the rest only feeds
+    the flow): with 2 instead of the decoder's receptive field the parts no longer join."""
+    v = tiny_split
+    rng = np.random.default_rng(4)
+    items = [v._item(_ids(rng, 150), SEEDED.validate(), 0)]
+    whole = v.runner.run(items)[0]
+    monkeypatch.setattr(VitsRunner, "decode_context", property(lambda self: 2))
+    heads, rest = _run_early(v, items, early=[0])
+    assert np.abs(np.concatenate([heads[0], rest[0]]) - whole).max() > 1e-3
+
+
+def test_cut_pieces_decode_only_the_decoder_context(tiny_split, monkeypatch):
+    """A cut costs the flow two full contexts but the decoder (most of the work) only two
+    decoder contexts: the decoded frames are the sentence plus 2 x decode_context."""
+    v = tiny_split
+    runner = v.runner
+    runner.buckets = False  # exact frame counts (no masked bucket tails)
+    # a head longer than the context, so that the rest has a full context on its left
+    runner.config = dataclasses.replace(runner.config, first_audio_frames=runner.context + 4)
+    decoded, flowed = [], []
+    flow, decode = runner.stages.flow, runner.stages.decode
+    monkeypatch.setattr(runner.stages, "flow", lambda x: flowed.append(x.m.shape[-1]) or flow(x))
+    monkeypatch.setattr(runner.stages, "decode", lambda z, g, m: decoded.append(z.shape[-1]) or decode(z, g, m))
+    rng = np.random.default_rng(9)
+    items = [v._item(_ids(rng, 250), SEEDED.validate(), 0)]
+    frames = len(runner.run(items)[0]) // runner.dims.hop_length
+    assert not decoded  # an uncut item runs flow + decoder fused
+    heads, rest = _run_early(v, items, early=[0])
+    assert heads and runner.decode_context < runner.context
+    assert len(decoded) == 2 and sum(decoded) == frames + 2 * runner.decode_context
+    assert sum(flowed) == frames + 2 * runner.context
+
+
 def test_context_covers_flow_and_decoder(tiny_split):
     d = tiny_split.runner.dims
     flow = d.flow_n_flows * d.flow_n_layers * (d.flow_kernel_size - 1) // 2  # dilation rate 1

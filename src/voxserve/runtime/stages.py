@@ -3,6 +3,7 @@
     encode: ids [B, T] -> prior stats [B, C, T], durations [B, T], frame counts [B]
     (host reads the frame counts, lays items out end to end)
     synth:  packed prior [1, C, P] -> flow -> decoder -> audio [P * hop]
+            (or its two halves, `flow` and `decode`, for sentences cut into pieces)
 
 `EagerStages` runs them as plain PyTorch, optionally through `torch.compile`;
 `runtime/cuda_graphs.py` wraps the same functions in bucketed CUDA graphs.
@@ -53,6 +54,8 @@ class EagerStages:
         self.model = model
         self._encode = self._encode_impl
         self._synth = self._synth_impl
+        self._flow = self._flow_impl
+        self._decode = self._decode_impl
         if compile:
             # dynamic shapes: eager callers pass any (B, T, P); graphed callers pass bucket shapes
             on_cuda = next(model.parameters()).is_cuda
@@ -61,6 +64,9 @@ class EagerStages:
             mode = compile_mode or ("max-autotune-no-cudagraphs" if on_cuda else "default")
             self._encode = torch.compile(self._encode_impl, mode=mode, dynamic=None)
             self._synth = torch.compile(self._synth_impl, mode=mode, dynamic=None)
+            # (compiled lazily, on the first cut sentence: see VitsRunner._run_packed)
+            self._flow = torch.compile(self._flow_impl, mode=mode, dynamic=None)
+            self._decode = torch.compile(self._decode_impl, mode=mode, dynamic=None)
             log.info("stages compiled with torch.compile(mode=%s)", mode)
 
     def _encode_impl(self, ids, lengths, length_scale, dur_noise, sid):
@@ -74,6 +80,12 @@ class EagerStages:
         z = m.flow_reverse(m_, logs, mask, z_noise, g)
         return m.decode(z, decode_mask, g)[0, 0]
 
+    def _flow_impl(self, m_, logs, z_noise, mask, g):
+        return self.model.flow_reverse(m_, logs, mask, z_noise, g)
+
+    def _decode_impl(self, z, decode_mask, g):
+        return self.model.decode(z, decode_mask, g)[0, 0]
+
     def encode(self, x: EncodeInputs) -> EncodeOutputs:
         return EncodeOutputs(*self._encode(x.ids, x.lengths, x.length_scale, x.dur_noise, x.sid))
 
@@ -82,3 +94,11 @@ class EagerStages:
         for a run holding a single item (nothing to separate), else the dense mask."""
         decode_mask = x.decode_mask if x.decode_mask is not None else (None if single_item else x.mask)
         return self._synth(x.m, x.logs, x.z_noise, x.mask, x.g, decode_mask)
+
+    def flow(self, x: SynthInputs) -> torch.Tensor:
+        """The synth stage's first half alone: -> latents z [1, C, P], zero where masked."""
+        return self._flow(x.m, x.logs, x.z_noise, x.mask, x.g)
+
+    def decode(self, z: torch.Tensor, g: torch.Tensor | None, decode_mask: Mask) -> torch.Tensor:
+        """Its second half: z [1, C, P] (zero where decode_mask masks) -> audio [P * hop]."""
+        return self._decode(z, decode_mask, g)

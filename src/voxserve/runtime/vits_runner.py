@@ -332,6 +332,12 @@ class VitsRunner(ResidentWeights):
     def context(self) -> int:  # computed once: it is asked per item of every batch
         return synth_context_frames(self.dims)
 
+    @functools.cached_property
+    def decode_context(self) -> int:
+        """Frames of z around a piece that its decoder needs (its receptive field, rounded up,
+        plus one): of the `context` frames computed by the flow, only these are decoded."""
+        return int(math.ceil(decoder_receptive_field_frames(self.dims))) + 1
+
     def _copy_out(self, audios: list[torch.Tensor], lengths: list[int]) -> PendingAudio:
         """One device->host copy of the batch's audio (concatenated on the device first)."""
         flat = audios[0] if len(audios) == 1 else torch.cat(audios)
@@ -485,36 +491,72 @@ class VitsRunner(ResidentWeights):
         mask = self._to_device(torch.from_numpy(mask_np)).view(1, 1, P)
 
         hop = self.dims.hop_length
+        # what the decoder needs of each piece: the delivered frames and the decoder's own
+        # receptive field around them; the flow's context beyond that only feeds the flow
+        dctx = self.decode_context
+        dspans = [(max(lo, k0 - dctx), min(hi, k1 + dctx)) for _, lo, hi, k0, k1 in pieces]
+        split = isinstance(self.stages, EagerStages)  # graphed stages run flow + decoder fused
 
-        def synth_span(a: int, b: int, run: list[int]) -> torch.Tensor:
-            """Flow + decoder over packed frames [a, b) holding the pieces of `run` ->
-            audio [(b - a) * hop] (a masked bucket tail, if any, cut off)."""
+        def bucket(L: int) -> int:  # a masked tail makes shapes repeat (oneDNN kernels reused)
+            return geometric_bucket(L) if self.buckets else L
+
+        def bucketed(t: torch.Tensor, L: int) -> torch.Tensor:  # [.., L] -> [.., bucket(L)]
+            return F.pad(t, (0, bucket(L) - L)) if bucket(L) > L else t
+
+        def gap_mask(run_starts: list[int], run_lens: list[int], L: int) -> GapMask:
+            """Eager decoder mask: only the gap frames between pieces and the bucket tail."""
+            gaps = [np.arange(s0 + n0, s1) for s0, n0, s1 in zip(run_starts, run_lens, run_starts[1:])]
+            idx = np.concatenate([np.zeros(0, np.int64), *gaps]).astype(np.int64)
+            return GapMask(self._to_device(torch.from_numpy(idx)), bucket(L), tail_from=L)
+
+        def synth_span(a: int, b: int, run: list[int]) -> tuple[torch.Tensor, dict[int, int]]:
+            """Flow + decoder over packed frames [a, b) holding the pieces of `run` -> audio
+            and, per piece, the audio frame of its segment's frame 0 (a bucket tail cut off)."""
             L = b - a
-            Lb = geometric_bucket(L) if self.buckets else L  # a masked tail makes shapes repeat
-            decode_mask = None
-            if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
-                # eager: zero only the gap and tail frames (O(gap), in place)
-                gaps = [np.arange(starts[p] + lens[p], starts[q]) - a for p, q in zip(run, run[1:])]
-                idx = np.concatenate([np.zeros(0, np.int64), *gaps]).astype(np.int64)
-                decode_mask = GapMask(self._to_device(torch.from_numpy(idx)), Lb, tail_from=L)
-
-            def run_slice(t: torch.Tensor) -> torch.Tensor:  # [C, P] -> [1, C, Lb]
-                t = t[None, :, a:b]
-                return F.pad(t, (0, Lb - L)) if Lb > L else t
-
-            x = SynthInputs(run_slice(m_pk), run_slice(logs_pk), run_slice(z_noise), run_slice(mask[0]),
-                            None if g_pk is None else run_slice(g_pk), decode_mask)
+            x = SynthInputs(*(None if t is None else bucketed(t[None, :, a:b], L)
+                              for t in (m_pk, logs_pk, z_noise, mask[0], g_pk)))
+            Lb = x.m.shape[-1]
+            if not split or all(dspans[p] == pieces[p][1:3] for p in run):
+                if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
+                    # eager: zero only the gap and tail frames (O(gap), in place)
+                    x.decode_mask = gap_mask([starts[p] - a for p in run], [lens[p] for p in run], L)
+                with self._stage("synth"):
+                    audio = self.stages.synth(x, single_item=len(run) == 1 and Lb == L)[: L * hop]
+                return audio, {p: starts[p] - a - pieces[p][1] for p in run}
+            # a cut piece: run the flow over its whole span, decode only what dspans keeps
             with self._stage("synth"):
-                return self.stages.synth(x, single_item=len(run) == 1 and Lb == L)[: L * hop]
+                z = self.stages.flow(x)  # [1, C, Lb]
+                parts, parts_g, base, d_starts, d_lens, pos = [], [], {}, [], [], 0
+                for p in run:
+                    (_, lo, _, _, _), (d0, d1) = pieces[p], dspans[p]
+                    if parts:
+                        parts.append(z.new_zeros(1, C, self.gap))
+                        pos += self.gap
+                    src = starts[p] - a + d0 - lo
+                    parts.append(z[:, :, src : src + d1 - d0])
+                    if g_pk is not None:
+                        parts_g.append(g_pk[None, :, a + src : a + src + d1 - d0])
+                    base[p] = pos - d0
+                    d_starts.append(pos)
+                    d_lens.append(d1 - d0)
+                    pos += d1 - d0
+                zd = bucketed(torch.cat(parts, dim=2) if len(parts) > 1 else parts[0], pos)
+                gd = None
+                if g_pk is not None:  # each piece's speaker over its frames, zero in the gaps
+                    gd = torch.zeros(1, g_pk.shape[0], zd.shape[-1], device=self.device)
+                    for ds, dl, gp in zip(d_starts, d_lens, parts_g):
+                        gd[:, :, ds : ds + dl] = gp
+                dmask = gap_mask(d_starts, d_lens, pos) if len(run) > 1 or zd.shape[-1] > pos else None
+                audio = self.stages.decode(zd, gd, dmask)[: pos * hop]
+            return audio, base
 
         audios: list[torch.Tensor] = [None] * B  # type: ignore[list-item]
         for run in self._decode_groups(lens):
             a = starts[run[0]]
-            audio = synth_span(a, starts[run[-1]] + lens[run[-1]], run)
+            audio, base = synth_span(a, starts[run[-1]] + lens[run[-1]], run)
             for p in run:
-                i, lo, _, k0, k1 = pieces[p]
-                off = starts[p] - a - lo
-                audios[i] = audio[(off + k0) * hop : (off + k1) * hop]
+                i, _, _, k0, k1 = pieces[p]
+                audios[i] = audio[(base[p] + k0) * hop : (base[p] + k1) * hop]
         self.last_stats = {"batch": B, "frames": float(sum(lens)), "encoder_groups": float(n_groups),
                            "cut": float(sum(r is not None for r in rests))}
         return audios, [(k1 - k0) * hop for _, _, _, k0, k1 in pieces], rests
