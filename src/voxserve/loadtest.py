@@ -79,6 +79,17 @@ class Result:
     error: str = ""
 
 
+def request_order(n_rows: int, seed: int = 0) -> list[int]:
+    """The texts of requests 0, 1, 2, ...: a fixed shuffle of the rows, repeated. Request n gets
+    row order[n % n_rows] whichever client sends it, so two runs of the same count (against two
+    servers) send the same texts, and client timing cannot change the mix."""
+    import random
+
+    order = list(range(n_rows))
+    random.Random(seed).shuffle(order)
+    return order
+
+
 def load_texts(path: str, categories) -> list[dict]:
     rows = [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
     rows = [r for r in rows if r["category"] in categories and r["text"].strip()]
@@ -185,13 +196,14 @@ def run_load(cfg: LoadConfig) -> dict:
     if box[0] is not None:
         box[0].close()
 
+    order = request_order(len(rows))
     lock = threading.Lock()
     counter = {"next": 0}
     results: list[Result] = []
     t_start = time.perf_counter()
     deadline = t_start + cfg.duration_s
 
-    def client(cid: int) -> None:
+    def client() -> None:
         conn: list = [None]
         while True:
             with lock:
@@ -199,13 +211,13 @@ def run_load(cfg: LoadConfig) -> dict:
                 if n >= cfg.requests or time.perf_counter() >= deadline:
                     break
                 counter["next"] += 1
-            r = one_request(cfg, conn, rows[(n * 7 + cid) % len(rows)])  # a spread, deterministic
+            r = one_request(cfg, conn, rows[order[n % len(rows)]])
             with lock:
                 results.append(r)
         if conn[0] is not None:
             conn[0].close()
 
-    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(cfg.clients)]
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(cfg.clients)]
     for t in threads:
         t.start()
     for t in threads:

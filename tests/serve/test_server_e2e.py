@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from server_process import ServerProcess
+from server_process import ROOT, ServerProcess
 
 import voxserve
 from voxserve.audio import float_to_int16
@@ -136,6 +136,25 @@ def test_openai_sdk_create_and_streaming(server):
         client.audio.speech.create(model="tts-1", voice="alloy", input="", response_format="mp3")
     with pytest.raises(openai.NotFoundError):
         client.audio.speech.create(model="tts-1", voice="not-a-voice", input="Hi.", response_format="mp3")
+
+
+def test_loadtest_against_the_server(server, corpus):
+    """`voxserve loadtest`'s run against a real server: every request succeeds, and the audio it
+    counts is the audio of the texts it sent (PCM length / rate; durations are sampled, so a
+    second synthesis of the same texts differs by a few percent)."""
+    from voxserve.loadtest import LoadConfig, request_order, run_load
+
+    cfg = LoadConfig(url=server.url, clients=3, requests=6, categories=("short",), warmup=1,
+                     corpus=str(ROOT / "corpus" / "en_bench.jsonl"), timeout_s=60)
+    s = run_load(cfg)
+    assert s["all"]["ok"] == 6 and s["all"]["errors"] == {}, s["all"]
+    assert s["all"]["latency_p50_s"] > 0 and s["all"]["ttfa_p50_s"] <= s["all"]["latency_p95_s"]
+    shorts = [r for r in corpus if r["category"] == "short"]
+    sent = [shorts[request_order(len(shorts))[n]]["text"] for n in range(6)]
+    direct = sum(len(server.client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": t,
+                                                                   "response_format": "pcm"}).content)
+                 for t in sent) / 2 / 22050
+    assert s["all"]["audio_s"] == pytest.approx(direct, rel=0.1)
 
 
 def test_every_error_status_over_the_wire(server):
