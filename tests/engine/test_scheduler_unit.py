@@ -358,32 +358,3 @@ def test_batch_marks_streams_first_sentences_as_early():
     add(s, "stream2", 1, streaming=True)
     b = s.schedule(100.0, force=True)
     assert [(b.items[k].request_id, b.items[k].index) for k in b.early] == [("stream2", 0)]
-
-
-def test_an_urgent_batch_is_not_filled_with_long_requests_remainders():
-    """A batch led by work that finishes what a client waits for (a short request, a stream's
-    first sentence) takes only such work; long requests' remainders run in the next batch,
-    which they fill as before."""
-    def setup(t_long=0.0, **kw):
-        s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=100, max_wait_ms=0, **kw))
-        add(s, "long", 6, cost=20, now=t_long)  # 120 left: more than a batch
-        s.input_done("long")
-        add(s, "short", 2, cost=20, now=0.9)  # 40 left: this batch can finish it
-        s.input_done("short")
-        add(s, "stream", 3, cost=20, now=0.9, streaming=True)  # first sentence: 20
-        return s
-
-    s = setup()
-    first = s.schedule(1.0, force=True)
-    assert sorted({it.request_id for it in first.items}) == ["short", "stream"]
-    assert first.cost == 60  # room for 2 more of "long": left out on purpose
-    s.complete(first)
-    second = s.schedule(1.0, force=True)
-    assert "long" in {it.request_id for it in second.items} and second.cost == 100  # filled again
-    # switched off: the urgent batch is filled up with the long request's sentences
-    s = setup(urgent_alone=False)
-    assert {it.request_id for it in s.schedule(1.0, force=True).items} == {"short", "stream", "long"}
-    # a starved long request leads, and its batch is filled as usual
-    s = setup(t_long=-10.0)
-    b = s.schedule(1.0, force=True)
-    assert b.items[0].request_id == "long" and b.cost == 100

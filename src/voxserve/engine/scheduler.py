@@ -94,12 +94,6 @@ class SchedulerConfig:
     shortest_first: bool = True
     """Least work to what the client waits for goes first (a stream's first sentence, else the
     request's end; then round-robin); False = streaming first sentences, then round-robin."""
-    urgent_alone: bool = True
-    """With `shortest_first`: a batch led by a request that it can finish (what its client
-    waits for costs at most max_batch_phonemes: a short request, a stream's first sentence)
-    takes only such requests' items, not long requests' remainders: those would make the
-    batch, and the short request, take longer. Long requests run in the batches between (and
-    `max_starve_ms` bounds their wait)."""
     aging_per_s: float = 0.0
     """With `shortest_first`: cost units a request's priority gains per second its next sentence
     waits (0 = shortest work first, bounded by `max_starve_ms`). Measured at 8 clients on a
@@ -259,11 +253,6 @@ class Scheduler:
     # ---------------------------------------------------------------- scheduling
     def _order(self, voice: Hashable, now: float) -> list[_Request]:
         """Requests of a voice with queued items, in service order."""
-        return [r for r, _ in self._keyed_order(voice, now)]
-
-    def _keyed_order(self, voice: Hashable, now: float) -> list[tuple[_Request, tuple]]:
-        """(request, sort key) in service order; key[0] 0 = starved, key[1] = work left to what
-        its client waits for (with shortest_first)."""
         starve = self.config.max_starve_ms / 1000.0
 
         def key(r: _Request):
@@ -286,23 +275,14 @@ class Scheduler:
                 return (1, left - self.config.aging_per_s * waited, r.vserved, r.seq)
             return (1 if first else 2, 0, r.vserved, r.seq)
 
-        keyed = [(r, key(r)) for r in self._requests.values() if r.voice == voice and r.queue]
-        keyed.sort(key=lambda rk: rk[1])
-        return keyed
+        rs = [r for r in self._requests.values() if r.voice == voice and r.queue]
+        rs.sort(key=key)
+        return rs
 
     def _candidates(self, voice: Hashable, now: float) -> Iterable[Item]:
         """Items of a voice in service order: round 0 takes each request's next item, round 1
-        the one after, ... (a request's items stay in order). With `urgent_alone`, when the
-        first is urgent (see SchedulerConfig.urgent_alone), only urgent requests' items."""
-        c = self.config
-        keyed = self._keyed_order(voice, now)
-        rs = [r for r, _ in keyed]
-        if c.shortest_first and c.urgent_alone and keyed:
-            def urgent(k: tuple) -> bool:
-                return k[0] == 1 and k[1] <= c.max_batch_phonemes
-
-            if urgent(keyed[0][1]):
-                rs = [r for r, k in keyed if urgent(k)]
+        the one after, ... (a request's items stay in order)."""
+        rs = self._order(voice, now)
         depth = 0
         while rs:
             nxt = []

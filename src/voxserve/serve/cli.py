@@ -42,8 +42,6 @@ class ServeSettings:
     max_starve_ms: float = _SCHED.max_starve_ms
     """A request waiting this long for its next sentence is served before any priority."""
     aging_per_s: float = _SCHED.aging_per_s
-    urgent_alone: bool = _SCHED.urgent_alone
-    """Batches that finish what clients wait for are not filled with long requests' remainders."""
     max_queue: int = _SCHED.max_queued_sentences
     """Sentences queued before new requests get 429."""
     max_input_chars: int = _APP.max_input_chars
@@ -56,7 +54,7 @@ class ServeSettings:
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
                                max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
-                               aging_per_s=self.aging_per_s, urgent_alone=self.urgent_alone,
+                               aging_per_s=self.aging_per_s,
                                max_queued_sentences=self.max_queue).validate()
 
     def app_config(self) -> AppConfig:
@@ -77,8 +75,6 @@ _HELP = {
     "max_queue": "queued sentences beyond which new requests get 429",
     "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
     "aging_per_s": "phonemes of priority a waiting request gains per second (0: shortest work first)",
-    "urgent_alone": "on/off: a batch that finishes what clients wait for (a short request, a stream's "
-                    "first audio) takes no long request's remainder",
     "max_input_chars": "longest input accepted (413 beyond)",
     "max_body_bytes": "largest request body accepted (413 beyond)",
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
@@ -91,18 +87,7 @@ def _env_name(field: str) -> str:
     return "VOXSERVE_" + field.upper()
 
 
-def _parse_bool(raw: str) -> bool:
-    v = raw.strip().lower()
-    if v in ("1", "on", "true", "yes"):
-        return True
-    if v in ("0", "off", "false", "no"):
-        return False
-    raise ValueError(f"{raw!r} is not on/off")
-
-
 def _convert(f, raw: str):
-    if f.name == "urgent_alone":
-        return _parse_bool(raw)
     if f.name == "voices":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
     if f.default is None or f.type in ("str | None",):
@@ -136,8 +121,7 @@ def add_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     types = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
              "max_input_chars": int, "max_body_bytes": int, "threads": int,
-             "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float,
-             "urgent_alone": _parse_bool}
+             "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
     for f in fields(ServeSettings):
         flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
         default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
