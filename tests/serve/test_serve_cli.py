@@ -1,0 +1,37 @@
+"""`voxserve serve` settings: dataclass defaults, then environment, then flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from voxserve.cli import build_parser
+from voxserve.engine.scheduler import SchedulerConfig
+from voxserve.serve.cli import ServeSettings, settings_from
+
+
+def parse(*args):
+    return build_parser().parse_args(["serve", *args])
+
+
+def test_defaults_are_the_dataclasses():
+    s = settings_from(parse(), environ={})
+    assert s == ServeSettings()
+    assert s.scheduler_config() == SchedulerConfig()
+
+
+def test_flag_beats_environment_beats_default():
+    env = {"VOXSERVE_MAX_BATCH_PHONEMES": "128", "VOXSERVE_MAX_STARVE_MS": "900", "VOXSERVE_DTYPE": "bf16"}
+    s = settings_from(parse(), environ=env)
+    assert (s.max_batch_phonemes, s.max_starve_ms, s.dtype) == (128, 900.0, "bf16")
+    assert s.scheduler_config().max_starve_ms == 900.0
+    s = settings_from(parse("--max-batch-phonemes", "512", "--dtype", "fp32"), environ=env)
+    assert (s.max_batch_phonemes, s.max_starve_ms, s.dtype) == (512, 900.0, "fp32")
+
+
+def test_bad_values_are_clear_errors():
+    with pytest.raises(ValueError, match="VOXSERVE_MAX_BATCH_PHONEMES"):
+        settings_from(parse(), environ={"VOXSERVE_MAX_BATCH_PHONEMES": "many"})
+    with pytest.raises(SystemExit):
+        parse("--max-wait-ms", "soon")
+    with pytest.raises(ValueError, match="max_batch_phonemes"):
+        settings_from(parse("--max-batch-phonemes", "0"), environ={}).scheduler_config()
