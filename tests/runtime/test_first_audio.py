@@ -61,26 +61,16 @@ def test_head_plus_rest_equals_whole(tiny_split):
         assert np.abs(got - a).max() <= 1e-4, k
 
 
-def test_without_context_the_seam_differs(tiny_split, monkeypatch):
+@pytest.mark.parametrize("attr", ["context", "decode_context"])
+def test_without_context_the_seam_differs(tiny_split, monkeypatch, attr):
     """The check above can fail: with 2 frames of context instead of the receptive field, the
-    parts no longer join exactly."""
+    parts no longer join exactly; both for the flow's context (`context`) and for the part of
+    it that a cut piece decodes (`decode_context`, the decoder's receptive field)."""
     v = tiny_split
     rng = np.random.default_rng(4)
     items = [v._item(_ids(rng, 150), SEEDED.validate(), 0)]
     whole = v.runner.run(items)[0]
-    monkeypatch.setattr(VitsRunner, "context", property(lambda self: 2))
-    heads, rest = _run_early(v, items, early=[0])
-    assert np.abs(np.concatenate([heads[0], rest[0]]) - whole).max() > 1e-3
-
-
-def test_without_decoder_context_the_seam_differs(tiny_split, monkeypatch):
-    """Of the context, a cut piece decodes only `decode_context` frames (the rest only feeds
-    the flow): with 2 instead of the decoder's receptive field the parts no longer join."""
-    v = tiny_split
-    rng = np.random.default_rng(4)
-    items = [v._item(_ids(rng, 150), SEEDED.validate(), 0)]
-    whole = v.runner.run(items)[0]
-    monkeypatch.setattr(VitsRunner, "decode_context", property(lambda self: 2))
+    monkeypatch.setattr(VitsRunner, attr, property(lambda self: 2))
     heads, rest = _run_early(v, items, early=[0])
     assert np.abs(np.concatenate([heads[0], rest[0]]) - whole).max() > 1e-3
 
