@@ -224,6 +224,8 @@ def run_load(cfg: LoadConfig) -> dict:
         t.join(cfg.duration_s + cfg.timeout_s)
     wall = time.perf_counter() - t_start
     summary = summarize(list(results), wall)
+    # each request, in the order they finished: for distributions beyond the percentiles
+    summary["requests"] = [asdict(r) for r in results]
     summary["config"] = asdict(cfg) | {"api_key": "***" if cfg.api_key else None}
     return summary
 

@@ -43,9 +43,9 @@ class RuntimeOptions:
     computed with the flow's and decoder's receptive field of real context). 0 = off."""
     first_audio_split_frames: int = 1024
     """Shortest sentence (latent frames; 1024 ~ 12 s at 22 kHz) cut for first audio: a cut
-    costs two receptive fields (~90 frames) of extra flow + decoder work, which a saturated
-    server pays in throughput (measured at 8 clients on a 2-core CPU: 512 cut most medium
-    texts' first sentences and cost ~4% of throughput)."""
+    costs extra work (~90 frames of flow, ~26 of decoder for Piper voices), which a saturated
+    server pays in throughput (measured at 8 clients on a 2-core CPU, when a cut cost 90
+    decoder frames: 512 cut most medium texts' first sentences and cost ~4% of throughput)."""
 
     def validate(self) -> "RuntimeOptions":
         if self.decode_layout not in ("auto", "packed", "padded"):

@@ -15,10 +15,12 @@ On CPU, packed is the default (measured: padding a batch of corpus sentences cos
 see docs/benchmarks.md).
 
 Pieces (`run_pieces`, packed layout): a long item can be cut after a head (a stream's first
-audio) or into bounded pieces (the serving engine's max_batch_phonemes). Each piece runs with
-`synth_context_frames` of real context on both sides (the flow's couplings and the decoder's
-receptive field), so the pieces join exactly; the rest is a `VitsContinuation` holding the
-frame-level prior and noise on the device, run in a later batch like any item.
+audio) or into bounded pieces (the serving engine's max_batch_phonemes). The flow runs over
+each piece with `synth_context_frames` of real context on both sides (the flow's couplings and
+the decoder's receptive field), the decoder over only its own receptive field
+(`decode_context`), so the pieces join exactly at a cost of ~2 x 45 flow frames and ~2 x 13
+decoder frames per cut; the rest is a `VitsContinuation` holding the frame-level prior and
+noise on the device, run in a later batch like any item.
 """
 
 from __future__ import annotations
