@@ -528,26 +528,22 @@ class VitsRunner(ResidentWeights):
             # a cut piece: run the flow over its whole span, decode only what dspans keeps
             with self._stage("synth"):
                 z = self.stages.flow(x)  # [1, C, Lb]
-                parts, parts_g, base, d_starts, d_lens, pos = [], [], {}, [], [], 0
+                zs, gs, base, d_starts, d_lens, pos = [], [], {}, [], [], 0
                 for p in run:
                     (_, lo, _, _, _), (d0, d1) = pieces[p], dspans[p]
-                    if parts:
-                        parts.append(z.new_zeros(1, C, self.gap))
+                    if zs:  # zeros between pieces (for g too: each piece's speaker, none in gaps)
+                        zs.append(z.new_zeros(1, C, self.gap))
+                        gs.append(None if g_pk is None else g_pk.new_zeros(1, g_pk.shape[0], self.gap))
                         pos += self.gap
                     src = starts[p] - a + d0 - lo
-                    parts.append(z[:, :, src : src + d1 - d0])
-                    if g_pk is not None:
-                        parts_g.append(g_pk[None, :, a + src : a + src + d1 - d0])
+                    zs.append(z[:, :, src : src + d1 - d0])
+                    gs.append(None if g_pk is None else g_pk[None, :, a + src : a + src + d1 - d0])
                     base[p] = pos - d0
                     d_starts.append(pos)
                     d_lens.append(d1 - d0)
                     pos += d1 - d0
-                zd = bucketed(torch.cat(parts, dim=2) if len(parts) > 1 else parts[0], pos)
-                gd = None
-                if g_pk is not None:  # each piece's speaker over its frames, zero in the gaps
-                    gd = torch.zeros(1, g_pk.shape[0], zd.shape[-1], device=self.device)
-                    for ds, dl, gp in zip(d_starts, d_lens, parts_g):
-                        gd[:, :, ds : ds + dl] = gp
+                zd = bucketed(torch.cat(zs, dim=2), pos)
+                gd = None if g_pk is None else bucketed(torch.cat(gs, dim=2), pos)
                 dmask = gap_mask(d_starts, d_lens, pos) if len(run) > 1 or zd.shape[-1] > pos else None
                 audio = self.stages.decode(zd, gd, dmask)[: pos * hop]
             return audio, base
