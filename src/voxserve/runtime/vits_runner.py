@@ -272,12 +272,11 @@ class VitsRunner(ResidentWeights):
         * with max_cost, an item is cut after the frames that max_cost phoneme ids make, so no
           item holds the device longer than a full batch does (the serving engine passes its
           max_batch_phonemes: a short request then waits for at most one such piece).
-        Each piece is computed with the flow's and decoder's receptive field of real context
-        (`context` frames) on both sides, so the pieces of an item join exactly."""
+        The flow runs over each piece with `context` frames of real context on both sides, the
+        decoder over `decode_context` of them, so the pieces of an item join exactly."""
         if not items:
             return []
-        self._check(items)
-        try:
+        try:  # (_submit checks the items)
             pending, rests = self._submit(items, early, max_cost)
             return list(zip(pending.result(), rests))
         except torch.OutOfMemoryError:
