@@ -348,9 +348,9 @@ def test_without_reported_times_voices_take_turns():
 
 
 def test_batch_marks_streams_first_sentences_as_early():
-    s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=10_000, max_wait_ms=0))
-    add(s, "plain", 2)
-    add(s, "stream", 2, streaming=True)
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=100, max_wait_ms=0))
+    add(s, "plain", 2, cost=20)
+    add(s, "stream", 2, cost=60, streaming=True)  # over half the batch: may be cut, runs alone
     b = s.schedule(100.0, force=True)
     got = {(b.items[k].request_id, b.items[k].index) for k in b.early}
     assert got == {("stream", 0)}  # not the plain request's first, not the stream's second
@@ -358,3 +358,49 @@ def test_batch_marks_streams_first_sentences_as_early():
     add(s, "stream2", 1, streaming=True)
     b = s.schedule(100.0, force=True)
     assert [(b.items[k].request_id, b.items[k].index) for k in b.early] == [("stream2", 0)]
+
+
+def test_a_short_streams_first_sentence_takes_its_successors_and_is_not_cut():
+    # a two-sentence request needs one batch, not two; its first sentence, with a successor in
+    # the batch, is not marked early (no head cut: its rest would come after the successor)
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=100, max_wait_ms=0))
+    add(s, "stream", 2, cost=30, streaming=True)
+    add(s, "alone", 1, cost=20, streaming=True)
+    b = s.schedule(0.0, force=True)
+    assert [(it.request_id, it.index) for it in b.items] == [("alone", 0), ("stream", 0), ("stream", 1)]
+    assert [(b.items[k].request_id, b.items[k].index) for k in b.early] == [("alone", 0)]
+    # at half the batch's phonemes or more, the first sentence runs without its successor
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=100, max_wait_ms=0))
+    add(s, "stream", 2, cost=51, streaming=True)
+    assert [len(b) for b in run_all(s)] == [1, 1]
+
+
+def test_rescues_and_priority_order_take_turns():
+    # every long request has waited past max_starve_ms (sustained overload); a short request
+    # arriving now waits for at most one rescue batch, not one per starving request
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=1000))
+    for k in range(4):
+        add(s, f"long{k}", 3, cost=50, now=0.0)
+    s.input_done("short")  # (unknown request: ignored)
+    b = s.schedule(5.0, force=True)  # a rescue: long0 waited 5 s
+    assert b.items[0].request_id == "long0"
+    s.complete(b)
+    add(s, "short", 1, cost=10, now=5.0)
+    s.input_done("short")
+    b = s.schedule(5.1, force=True)
+    assert b.items[0].request_id == "short"  # the priority order's turn
+    s.complete(b)
+    got = [s.schedule(5.2, force=True) for _ in range(3)]
+    assert [g.items[0].request_id for g in got] == ["long1", "long2", "long3"]  # nothing else waits: rescues in a row
+    # with a request that is not starving waiting, rescues alternate with it
+    s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=1000))
+    for k in range(3):
+        add(s2, f"long{k}", 1, cost=50, now=0.0)
+    add(s2, "fresh", 5, cost=10, now=5.0)
+    s2.input_done("fresh")
+    order = []
+    for _ in range(5):
+        b = s2.schedule(5.0, force=True)
+        order.append(b.items[0].request_id)
+        s2.complete(b)
+    assert order == ["long0", "fresh", "long1", "fresh", "long2"]

@@ -113,7 +113,8 @@ def test_first_audio_head_joins_its_sentence_without_silence(client, stream):
     """A streamed first sentence long enough for an early head arrives in two chunks; the
     sentence silence goes between sentences only, never inside the split one."""
     c, voice, *_ = client
-    first, second = "this first sentence is long enough for a head", "then a short one"
+    # over half of max_batch_phonemes (256): it runs without its successor, so it may be cut
+    first, second = "this first sentence is long enough for a head, " * 3 + "and then some", "then a short one"
     before = voice.cuts
     with c.stream("POST", "/v1/synthesize", json={"text": f"{first}. {second}.", "response_format": "pcm",
                                                   "sentence_silence": 0.25, "stream": stream}) as r:
