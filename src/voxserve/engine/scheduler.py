@@ -87,8 +87,9 @@ class SchedulerConfig:
     cost by a VITS voice (exact joins; see "Cut sentences"); a Bark one runs whole.
     A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
     flight: 256 ids (about 3 s of audio, 2-6 short sentences) keeps that near a quarter of a
-    second on an idle 2-core CPU (measured: at 8 clients, 256 halved the median latency of
-    short requests against 512). On a GPU, where a batch costs little more than one sentence,
+    second on an idle 2-core Zen 4 CPU, ~0.45 s on a Zen 3 (AVX2) one (measured: at 8 clients,
+    256 halved the median latency of short requests against 512; on Zen 3, 160 did not lower
+    their p95 and cost 2% of throughput: docs/serving.md). On a GPU, where a batch costs little more than one sentence,
     raise it (e.g. 4096)."""
     max_wait_ms: float = 2.0
     """Longest an item waits for companions before its batch starts anyway."""
