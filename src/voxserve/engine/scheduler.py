@@ -89,8 +89,8 @@ class SchedulerConfig:
     flight: 256 ids (about 3 s of audio, 2-6 short sentences) keeps that near a quarter of a
     second on an idle 2-core Zen 4 CPU, ~0.45 s on a Zen 3 (AVX2) one (measured: at 8 clients,
     256 halved the median latency of short requests against 512; on Zen 3, 160 did not lower
-    their p95 and cost 2% of throughput: docs/serving.md). On a GPU, where a batch costs little more than one sentence,
-    raise it (e.g. 4096)."""
+    their p95 and cost 2% of throughput: docs/serving.md). On a GPU, where a batch costs
+    little more than one sentence, raise it (e.g. 4096)."""
     max_wait_ms: float = 2.0
     """Longest an item waits for companions before its batch starts anyway."""
     max_queued_sentences: int = 256
@@ -260,8 +260,14 @@ class Scheduler:
         return len(self._requests)
 
     # ---------------------------------------------------------------- scheduling
+    @staticmethod
+    def _waited(r: _Request, now: float) -> float:
+        """Seconds the request's next sentence has waited (since it arrived or since the
+        request's last service)."""
+        return now - max(r.queue[0].arrival, r.last_service)
+
     def _starving(self, r: _Request, now: float) -> bool:
-        return now - max(r.queue[0].arrival, r.last_service) >= self.config.max_starve_ms / 1000.0
+        return self._waited(r, now) >= self.config.max_starve_ms / 1000.0
 
     def _order(self, voice: Hashable, now: float) -> list[_Request]:
         """Requests of a voice with queued items, in service order."""
@@ -286,8 +292,7 @@ class Scheduler:
                     left = sum(it.cost for it in r.queue) if r.input_done else float("inf")
                 # aging: waiting earns priority, so a long first sentence (or a long request's
                 # remainder) is not held back by short newcomers for as long as they keep coming
-                waited = now - max(r.queue[0].arrival, r.last_service)
-                return (1, left - self.config.aging_per_s * waited, r.vserved, r.seq)
+                return (1, left - self.config.aging_per_s * self._waited(r, now), r.vserved, r.seq)
             return (1 if first else 2, 0, r.vserved, r.seq)
 
         rs.sort(key=key)
