@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from audio_compare import assert_pcm_close
 from server_process import ServerProcess, free_port
 
 import voxserve
@@ -93,12 +94,6 @@ def wait_queued(eng: Engine, n: int, timeout: float = 10.0) -> None:
 
 def direct(voice, text: str, options: SynthesisOptions) -> np.ndarray:
     return voice.synthesize(text, options).samples
-
-
-def assert_pcm_close(got: np.ndarray, ref: np.ndarray, what: str = "") -> None:
-    # same tokens -> same audio; an int16 step of float rounding at most (batch shapes differ)
-    assert len(got) == len(ref), (what, len(got), len(ref))
-    assert np.abs(got.astype(np.int32) - ref.astype(np.int32)).max() <= 1, what
 
 
 # ----------------------------------------------------------------------------- engine

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from audio_compare import BATCH_ATOL
 
 import voxserve
 from voxserve.runtime.vits_runner import VitsRunner, synth_context_frames
@@ -58,7 +59,7 @@ def test_head_plus_rest_equals_whole(tiny_split):
         else:
             got = rest[k]
         assert len(got) == len(a)
-        assert np.abs(got - a).max() <= 1e-4, k
+        assert np.abs(got - a).max() <= BATCH_ATOL, k
 
 
 @pytest.mark.parametrize("attr", ["context", "decode_context"])
@@ -123,7 +124,7 @@ def test_padded_layout_never_cuts(tiny_split):
     items = [v._item(_ids(rng, 150), SEEDED.validate(), 0)]
     whole = v.runner.run(items)[0]
     heads, rest = _run_early(v, items, early=[0])
-    assert not heads and np.abs(rest[0] - whole).max() <= 1e-4
+    assert not heads and np.abs(rest[0] - whole).max() <= BATCH_ATOL
     assert v.runner.run_pieces(items, [0], max_cost=8)[0][1] is None
 
 
@@ -159,10 +160,10 @@ def test_max_cost_pieces_and_their_rests_join_exactly(tiny_split):
     assert max(len(p) for ps in parts.values() for p in ps[:-1]) // hop <= runner.piece_frames(10**6, 1.0, max_cost)
     for i in range(len(items)):
         got = np.concatenate(parts[i])
-        assert len(got) == len(whole[i]) and np.abs(got - whole[i]).max() <= 1e-4, i
+        assert len(got) == len(whole[i]) and np.abs(got - whole[i]).max() <= BATCH_ATOL, i
     assert len(parts[2]) == 1  # the short item is not cut
     for a, b in zip(fresh_out, whole[len(items):]):
-        assert np.abs(a - b).max() <= 1e-4
+        assert np.abs(a - b).max() <= BATCH_ATOL
 
 
 def test_out_of_memory_splits_a_batch_with_early_items(tiny_split, monkeypatch):
@@ -183,7 +184,7 @@ def test_out_of_memory_splits_a_batch_with_early_items(tiny_split, monkeypatch):
     assert list(heads) == [2]
     got = rest[:2] + [np.concatenate([heads[2], rest[2]])]
     for a, b in zip(got, whole):
-        assert len(a) == len(b) and np.abs(a - b).max() <= 1e-4
+        assert len(a) == len(b) and np.abs(a - b).max() <= BATCH_ATOL
 
 
 def test_default_voice_long_sentence_split_is_exact(joe_voice, corpus):
@@ -196,4 +197,4 @@ def test_default_voice_long_sentence_split_is_exact(joe_voice, corpus):
     assert 0 in heads and len(heads[0]) < len(whole) // 8  # a head, not the sentence
     got = np.concatenate([heads[0], rest])
     assert len(got) == len(whole)
-    assert np.abs(got - whole).max() <= 1e-4
+    assert np.abs(got - whole).max() <= BATCH_ATOL
