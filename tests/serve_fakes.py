@@ -19,8 +19,10 @@ class FakeVoice:
 
     family = "fake"
 
-    def __init__(self, name: str = "fake", sample_rate: int = 16000, delay_s: float = 0.0, speakers=("a", "b")):
+    def __init__(self, name: str = "fake", sample_rate: int = 16000, delay_s: float = 0.0, speakers=("a", "b"),
+                 concurrent_runs: bool = False):
         self.name = name
+        self.concurrent_runs = concurrent_runs  # the engine may then run batches on several lanes
         self.sample_rate = sample_rate
         self.delay_s = delay_s
         self.device = "cpu"
@@ -32,6 +34,7 @@ class FakeVoice:
         self.max_concurrent = 0
         self.gate: threading.Event | None = None  # if set, run_units waits for it
         self.cuts = 0  # units cut into a piece and a rest
+        self.spans: list[tuple[float, float, list]] = []  # (start, end, payloads) per batch
 
     @property
     def speakers(self):
@@ -77,6 +80,7 @@ class FakeVoice:
         try:
             if self.gate is not None:
                 self.gate.wait(10)
+            t0 = time.monotonic()
             out = []
             for k, u in enumerate(units):
                 _, sent, off = u.payload if isinstance(u.payload, tuple) else ("", u.payload, 0)
@@ -96,6 +100,7 @@ class FakeVoice:
             with self.lock:
                 self.run_texts.extend(u.payload for u in units)
                 self.batches.append(len(units))
+                self.spans.append((t0, time.monotonic(), [u.payload for u in units]))
             return out
         finally:
             with self.lock:

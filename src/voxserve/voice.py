@@ -66,6 +66,11 @@ class Voice(ABC):
     def speakers(self) -> list[str]:
         return []
 
+    @property
+    def concurrent_runs(self) -> bool:
+        """Whether two threads may run batches of this voice at once (the engine's CPU lanes)."""
+        return False
+
     # ---------------------------------------------------------------- seams
     @abstractmethod
     def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
@@ -210,6 +215,10 @@ class VitsVoice(Voice):
     @property
     def device(self):
         return self.runner.device
+
+    @property
+    def concurrent_runs(self) -> bool:
+        return self.runner.concurrent_runs
 
     @property
     def speakers(self) -> list[str]:

@@ -242,3 +242,49 @@ def test_step_by_hand_without_threads():
         time.sleep(0.01)  # the front end finds the end of the text on its pool
     assert out == [0, 1, 2, 3, "done"]
     eng.shutdown(1)
+
+
+def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
+    """Two lanes (as on a 2-core CPU): batches overlap in time, but never two batches of one
+    request (its audio stays in order), and every request gets exactly its own audio."""
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
+    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
+    teams = []
+    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
+    v = FakeVoice(delay_s=0.01, concurrent_runs=True)
+    ts = texts(16)
+    with Engine([v], cfg(max_batch_size=2, max_batch_phonemes=10_000)) as eng:
+        assert eng.lanes == {"cpu": 2}
+        outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
+    for t, o in zip(ts, outs):
+        np.testing.assert_array_equal(o, v.expected(t))
+    assert v.max_concurrent == 2
+    assert set(teams) <= {1, 2} and 1 in teams  # lanes split the two threads while both run
+
+    def request_of(payload) -> str:  # "request 3 sentence 1" -> "request 3"
+        return " ".join(payload.split()[:2])
+
+    for k, (a0, a1, p) in enumerate(v.spans):
+        for b0, b1, q in v.spans[k + 1 :]:
+            if a0 < b1 and b0 < a1:  # overlapping batches
+                assert not {request_of(x) for x in p} & {request_of(x) for x in q}
+
+
+def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_lane(monkeypatch):
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
+    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
+    teams = []
+    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
+    v = FakeVoice(delay_s=0.005, concurrent_runs=True)
+    with Engine([v], cfg()) as eng:  # one request at a time: nothing else waits
+        for t in texts(3):
+            asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
+    assert teams and set(teams) == {2} and v.max_concurrent == 1
+    assert Engine([FakeVoice()], cfg()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
+    assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(lanes=1)).lanes == {"cpu": 1}
+    with pytest.raises(ValueError, match="lanes"):
+        EngineConfig(lanes=0).validate()

@@ -404,3 +404,19 @@ def test_rescues_and_priority_order_take_turns():
         order.append(b.items[0].request_id)
         s2.complete(b)
     assert order == ["long0", "fresh", "long1", "fresh", "long2"]
+
+
+def test_a_request_has_at_most_one_batch_in_flight():
+    """With several lanes a request's next batch waits until its batch in flight completes:
+    its audio (and a cut sentence's rest, queued at completion) stays in order."""
+    s = Scheduler(SchedulerConfig(max_batch_size=2, max_wait_ms=0))
+    add(s, "a", 4)
+    b1 = s.schedule(0.0)
+    assert [(it.request_id, it.index) for it in b1.items] == [("a", 0), ("a", 1)]
+    assert s.schedule(0.0, force=True) is None and s.next_deadline(0.0) is None  # not due: in flight
+    add(s, "b", 1)
+    b2 = s.schedule(0.0)
+    assert [(it.request_id, it.index) for it in b2.items] == [("b", 0)]  # another request runs meanwhile
+    s.complete(b1)
+    b3 = s.schedule(0.0)
+    assert [(it.request_id, it.index) for it in b3.items] == [("a", 2), ("a", 3)]

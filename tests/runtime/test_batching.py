@@ -76,3 +76,31 @@ def test_gap_covers_every_single_convolution(joe_voice):
     # the joe voice: widest conv is a k=7, d=12 resblock conv at 8x = 4.5 frames
     assert decoder_gap_frames(dims) == 6
     assert decoder_gap_frames(dims) < decoder_receptive_field_frames(dims)
+
+
+def test_two_threads_run_batches_on_one_model_at_once(joe_voice, sentences, singles):
+    """The serving engine's CPU lanes: two threads, one OpenMP thread each, run batches on the
+    same model at the same time (no lock between them); each gets its own sentences' audio."""
+    import threading
+
+    from voxserve.runtime.cpu import set_thread_team
+
+    assert joe_voice.concurrent_runs  # CPU eager stages: no state between calls
+    out: dict[int, list[np.ndarray]] = {}
+    start = threading.Barrier(2)
+
+    def lane(k: int) -> None:
+        set_thread_team(1)
+        start.wait()
+        out[k] = [joe_voice.synthesize_ids([s.ids for s in sentences[j : j + 2]], voxserve.DETERMINISTIC)
+                  for j in range(k * 2, 8, 4)]
+
+    threads = [threading.Thread(target=lane, args=(k,)) for k in range(2)]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    for k in range(2):
+        got = [a for batch in out[k] for a in batch]
+        want = [singles[j + d] for j in range(k * 2, 8, 4) for d in range(2)]
+        assert len(got) == len(want) == 4
+        for a, ref in zip(got, want):
+            assert len(a) == len(ref) and np.abs(a - ref).max() <= BATCH_ATOL

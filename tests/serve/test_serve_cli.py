@@ -26,6 +26,9 @@ def test_flag_beats_environment_beats_default():
     assert s.scheduler_config().max_starve_ms == 900.0
     s = settings_from(parse("--max-batch-phonemes", "512", "--dtype", "fp32"), environ=env)
     assert (s.max_batch_phonemes, s.max_starve_ms, s.dtype) == (512, 900.0, "fp32")
+    assert settings_from(parse(), environ={"VOXSERVE_LANES": "1"}).lanes == 1
+    assert settings_from(parse(), environ={"VOXSERVE_THREADS": "3"}).threads == 3  # an int, not "3"
+    assert settings_from(parse("--lanes", "2"), environ={"VOXSERVE_LANES": "1"}).lanes == 2
 
 
 def test_bad_values_are_clear_errors():

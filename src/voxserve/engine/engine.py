@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
-from ..runtime.cpu import release_openmp_threads
+from ..runtime.cpu import intra_op_threads, release_openmp_threads, set_thread_team, thread_teams
 from .scheduler import Batch, Scheduler, SchedulerConfig
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,10 @@ class EngineConfig:
     """Sentences a request may have queued before its front end pauses."""
     frontend_threads: int = 2
     """Threads for the text front end (espeak-ng itself runs one call at a time)."""
+    lanes: int | None = None
+    """Batches a device runs at once (see `_Worker`). None: 2 on a CPU with at least 2
+    intra-op threads whose voices all allow it (`Voice.concurrent_runs`: VITS in eager mode),
+    else 1 (GPUs, Bark, offload, torch.compile). More than the CPU's threads is cut to them."""
 
     def validate(self) -> "EngineConfig":
         self.scheduler.validate()
@@ -45,6 +49,8 @@ class EngineConfig:
             raise ValueError("frontend_lookahead must be at least 1")
         if self.frontend_threads < 1:
             raise ValueError("frontend_threads must be at least 1")
+        if self.lanes is not None and self.lanes < 1:
+            raise ValueError("lanes must be at least 1")
         return self
 
 
@@ -77,33 +83,77 @@ class _RequestState:
 
 
 class _Worker:
-    """One device: a scheduler, its lock, and the thread that runs batches."""
+    """One device: a scheduler, its lock, and the lane threads that run its batches.
 
-    def __init__(self, engine: "Engine", device: str):
+    Lanes (CPU): on a GPU one thread runs every batch. On a CPU, one batch at a time leaves
+    cores idle in its serial parts (Python, small ops, the host read between the stages), and
+    splitting every op over all cores costs synchronisation. With `lanes` > 1, up to that many
+    batches run at once, each on its share of the intra-op threads (`set_thread_team`): measured
+    on a 2-core CPU, two single-threaded lanes made 13-20% more audio per second than one lane
+    on both cores (docs/serving.md). A batch with nothing else waiting runs on lane 0 with
+    every thread, so a lone request is as fast as with one lane. A request has at most one batch
+    in flight (the scheduler's rule), so its audio still comes back in order.
+    """
+
+    def __init__(self, engine: "Engine", device: str, lanes: int = 1, threads: int = 1):
         self.engine = engine
         self.device = device
         self.scheduler = Scheduler(engine.config.scheduler)
         self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._loop, name=f"voxserve-worker-{device}", daemon=True)
-        self.running_batch = 0  # items in the batch being run
+        self.lanes = max(1, lanes)
+        self.threads = max(1, threads)  # intra-op threads the lanes share
+        self._team = [0] * self.lanes  # threads each lane's batch holds (0: idle)
+        name = f"voxserve-worker-{device}"
+        self.lane_threads = [threading.Thread(target=self._loop, args=(k,), daemon=True,
+                                              name=name if self.lanes == 1 else f"{name}-{k}")
+                             for k in range(self.lanes)]
+        self.running_batch = 0  # items in the batches being run
 
-    # The worker loop: everything below except `run` holds the lock.
-    def _loop(self) -> None:
+    def _may_schedule(self, lane: int) -> bool:
+        if self.lanes == 1:
+            return True
+        # lane 0 first (the one that may take every thread), and a thread must be free
+        return (lane == 0 or self._team[0] > 0) and sum(self._team) < self.threads
+
+    def _claim(self, lane: int, batch: Batch, now: float) -> int:
+        """Threads for a lane's batch (lock held): every free one if nothing else is waiting
+        and no other lane runs, else the lane's share."""
+        self.running_batch += len(batch)
+        if self.lanes == 1:
+            return 0
+        free = self.threads - sum(self._team)
+        more = self.scheduler.next_deadline(now) is not None
+        alone = lane == 0 and not more and not any(self._team)
+        team = free if alone else max(1, min(free, self.threads // self.lanes))
+        self._team[lane] = team
+        if more:
+            self.cond.notify_all()  # another lane may take what is left
+        return team
+
+    # The lane loop: everything below except `run` holds the lock.
+    def _loop(self, lane: int) -> None:
         while True:
             with self.cond:
                 batch = None
                 while batch is None:
                     if self.engine._stopping_now:
                         return
-                    batch = self.scheduler.schedule(time.monotonic())
+                    now = time.monotonic()
+                    may = self._may_schedule(lane)
+                    if may:
+                        batch = self.scheduler.schedule(now)
                     if batch is None:
-                        self.cond.wait(self.scheduler.next_deadline(time.monotonic()))
-                self.running_batch = len(batch)
+                        self.cond.wait(self.scheduler.next_deadline(now) if may else None)
+                team = self._claim(lane, batch, now)
+            if team:
+                set_thread_team(team)
             try:
-                self._run_and_update(batch)
+                self._run_and_update(batch, lane)
             except Exception:  # a bug in delivery must not kill the device's only worker
                 log.exception("internal error while delivering a batch")
                 with self.cond:
+                    self._team[lane] = 0
+                    self.cond.notify_all()
                     for rid in {it.request_id for it in batch.items}:
                         r = self.engine._requests.get(rid)
                         if r is not None:
@@ -116,11 +166,11 @@ class _Worker:
             batch = self.scheduler.schedule(time.monotonic() if now is None else now, force=force)
             if batch is None:
                 return None
-            self.running_batch = len(batch)
+            self.running_batch += len(batch)
         self._run_and_update(batch)
         return batch
 
-    def _run_and_update(self, batch: Batch) -> None:
+    def _run_and_update(self, batch: Batch, lane: int | None = None) -> None:
         eng = self.engine
         voice = eng.voices[batch.voice]
         t0 = time.perf_counter()
@@ -146,7 +196,9 @@ class _Worker:
         resume = []
         with self.cond:
             self.scheduler.complete(batch, dt)  # the voice's device time: voices share the device fairly
-            self.running_batch = 0
+            self.running_batch -= len(batch)
+            if lane is not None:
+                self._team[lane] = 0
             for k, it in enumerate(batch.items):
                 r = eng._requests.get(it.request_id)
                 if r is None or r.finished:
@@ -192,11 +244,14 @@ class Engine:
         self.observer = observer
         self._workers: dict[str, _Worker] = {}
         self._worker_of: dict[str, _Worker] = {}
+        on: dict[str, list[str]] = {}
         for name, v in self.voices.items():
-            dev = str(getattr(v, "device", "cpu"))
-            if dev not in self._workers:
-                self._workers[dev] = _Worker(self, dev)
-            self._worker_of[name] = self._workers[dev]
+            on.setdefault(str(getattr(v, "device", "cpu")), []).append(name)
+        for dev, names in on.items():
+            lanes, threads = self._lanes(dev, [self.voices[n] for n in names])
+            self._workers[dev] = _Worker(self, dev, lanes, threads)
+            for name in names:
+                self._worker_of[name] = self._workers[dev]
         self._requests: dict[int, _RequestState] = {}
         self._ids = itertools.count(1)
         self._frontend = ThreadPoolExecutor(self.config.frontend_threads, thread_name_prefix="voxserve-frontend")
@@ -208,6 +263,21 @@ class Engine:
         self.sentences_dropped = 0  # queued sentences dropped by cancellation
         self._stats_lock = threading.Lock()
 
+    def _lanes(self, device: str, voices: list) -> tuple[int, int]:
+        """(lanes, intra-op threads they share) for a device's worker."""
+        if not device.startswith("cpu") or not all(getattr(v, "concurrent_runs", False) for v in voices):
+            return 1, 1
+        threads = intra_op_threads()
+        if not thread_teams():  # without per-thread teams, lanes would oversubscribe the cores
+            return 1, threads
+        want = self.config.lanes if self.config.lanes is not None else 2
+        return max(1, min(want, threads)), threads
+
+    @property
+    def lanes(self) -> dict[str, int]:
+        """Lanes per device (batches each runs at once)."""
+        return {dev: w.lanes for dev, w in self._workers.items()}
+
     # ------------------------------------------------------------------ lifecycle
     def start(self, threads: bool = True) -> "Engine":
         """Accept requests; threads=False runs no worker threads (drive it with `step()`)."""
@@ -217,7 +287,8 @@ class Engine:
             # OpenMP team, so the worker's is the only one and keeps spinning between ops
             release_openmp_threads()
             for w in self._workers.values():
-                w.thread.start()
+                for t in w.lane_threads:
+                    t.start()
         self._accepting = True
         return self
 
@@ -247,8 +318,9 @@ class Engine:
             with w.cond:
                 w.cond.notify_all()
         for w in self._workers.values():
-            if w.thread.is_alive():
-                w.thread.join(timeout=max(1.0, timeout))
+            for t in w.lane_threads:
+                if t.is_alive():
+                    t.join(timeout=max(1.0, timeout))
         self._frontend.shutdown(wait=False, cancel_futures=True)
         return finished
 

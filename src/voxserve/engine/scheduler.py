@@ -63,6 +63,13 @@ later items: a stream's first sentence runs without them (unless it is short, at
 max_batch_phonemes / 2, and then it is not marked for a head cut: a two-sentence request then
 needs one batch, not two), and an item over 1.25 x max_batch_phonemes runs alone anyway.
 
+In flight
+---------
+A request has at most one batch in flight: its items are not scheduled (nor counted as due)
+while a batch holding one of them runs. With one worker thread this never binds (a batch is
+completed before the next is scheduled); with several (the engine's CPU lanes) it keeps a
+request's audio in order and puts a cut sentence's rest back before its successors can run.
+
 Cancellation drops a request's queued items at once (they are never run). Back-pressure:
 `admit()` refuses new requests while `max_queued_sentences` items are queued; items of accepted
 requests are always accepted.
@@ -271,7 +278,7 @@ class Scheduler:
 
     def _order(self, voice: Hashable, now: float) -> list[_Request]:
         """Requests of a voice with queued items, in service order."""
-        rs = [r for r in self._requests.values() if r.voice == voice and r.queue]
+        rs = [r for r in self._requests.values() if r.voice == voice and r.queue and not r.running]
         starving = {r.id for r in rs if self._starving(r, now)}
         if voice in self._rescued and len(starving) < len(rs):
             starving = set()  # the last batch was a rescue: the others' turn (module doc)
@@ -326,7 +333,7 @@ class Scheduler:
         count = cost = 0
         oldest = None
         for r in self._requests.values():
-            if r.voice != voice or not r.queue:
+            if r.voice != voice or not r.queue or r.running:
                 continue
             count += len(r.queue)
             if cost < c.max_batch_phonemes:

@@ -15,6 +15,12 @@ helpers on a futex, so each of the ~1,000 regions of a sentence pays a wake-up: 
 main thread (14,700 context switches for 14 sentences against none) just because the main
 thread had loaded and warmed the voice. `release_openmp_threads` frees the calling thread's
 team, so the worker thread's team is the only one and spins as the main thread's did.
+
+Per-thread team size. OpenMP's thread count (nthreads-var) is an ICV of each thread, and
+torch's parallel regions, oneDNN and MKL read the calling thread's. `set_thread_team(n)` sets
+it for the calling thread alone, leaving torch.get_num_threads() (a process-wide value that
+some kernels size per-thread buffers by) at its maximum: two inference lanes may then run one
+single-threaded batch each on a 2-core CPU, or one lane a batch on both cores.
 """
 
 from __future__ import annotations
@@ -52,18 +58,55 @@ def tune_malloc() -> bool:
 _OMP_PAUSE_SOFT = 1
 
 
+def _omp_libs() -> list[str]:
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line})
+    except OSError:
+        return []
+
+
+_set_team = None
+
+
+def intra_op_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def thread_teams() -> bool:
+    """Whether `set_thread_team` can work here (torch runs on an OpenMP runtime we found)."""
+    global _set_team
+    if _set_team is None:
+        _set_team = False
+        for path in _omp_libs():
+            try:
+                fn = ctypes.CDLL(path).omp_set_num_threads
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes = [ctypes.c_int]
+            _set_team = fn
+            break
+    return bool(_set_team)
+
+
+def set_thread_team(n: int) -> bool:
+    """Set the calling thread's OpenMP team size (omp_set_num_threads) to n >= 1; other
+    threads keep theirs. True if an OpenMP runtime took it."""
+    if not thread_teams():
+        return False
+    _set_team(max(1, int(n)))
+    return True
+
+
 def release_openmp_threads() -> bool:
     """Free the calling thread's OpenMP helper threads (omp_pause_resource_all), e.g. in the
     thread that loaded the voices, before an inference worker thread takes over the model; they
     are re-created if this thread runs parallel work again. True if the runtime did it."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line}
-    except OSError:
-        return False
-    for path in sorted(libs):
+    for path in _omp_libs():
         try:
             pause = ctypes.CDLL(path).omp_pause_resource_all
         except (OSError, AttributeError):  # an OpenMP runtime older than 5.0

@@ -25,6 +25,7 @@ noise on the device, run in a later batch like any item.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -151,7 +152,7 @@ class VitsRunner(ResidentWeights):
         self.config = (options or RuntimeOptions()).validate()
         self.layout = "packed" if self.config.decode_layout == "auto" else self.config.decode_layout
         self.gap = decoder_gap_frames(self.dims)
-        self._lock = threading.Lock()  # one batch at a time on this model
+        self._lock = threading.Lock()  # one batch at a time, unless `concurrent_runs`
         self.last_stats: dict[str, float] = {}
         self.oom_splits = 0
         self.offloader = None
@@ -175,6 +176,15 @@ class VitsRunner(ResidentWeights):
             raise ValueError("cuda_graphs and offload cannot be combined: graphs bind the weights' device addresses")
         emulate = self.device.type != "cuda"
         return GraphedStages(eager, self.device, self.config.graph_grid, emulate=emulate)
+
+    @property
+    def concurrent_runs(self) -> bool:
+        """Whether several threads may run batches on this model at once (the serving engine's
+        CPU lanes): CPU eager stages keep no state between calls. CUDA graphs own static
+        buffers, offload moves weights between batches, and torch.compile may compile on a
+        call: those run one batch at a time."""
+        return (self.device.type == "cpu" and isinstance(self.stages, EagerStages)
+                and self.offloader is None and not self.config.compile)
 
     def _after_move(self) -> None:
         # captured graphs bind the old addresses: drop them; they are re-captured lazily, per
@@ -300,7 +310,7 @@ class VitsRunner(ResidentWeights):
     @torch.inference_mode()
     def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None]]:
         self._check(items)
-        with self._lock:
+        with contextlib.nullcontext() if self.concurrent_runs else self._lock:
             if self.layout == "padded":
                 if any(isinstance(it, VitsContinuation) for it in items):
                     raise ValueError("the padded layout does not run continuations (use packed)")

@@ -50,6 +50,8 @@ class ServeSettings:
     shutdown_timeout: float = _APP.shutdown_timeout_s
     threads: int | None = None
     """CPU intra-op threads for the model (None: PyTorch's default)."""
+    lanes: int | None = None
+    """Batches a CPU runs at once, sharing its threads (None: EngineConfig's choice)."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
@@ -80,6 +82,7 @@ _HELP = {
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",
+    "lanes": "batches a CPU runs at once, sharing its threads (default: 2 for VITS voices on 2+ threads)",
 }
 
 
@@ -90,14 +93,12 @@ def _env_name(field: str) -> str:
 def _convert(f, raw: str):
     if f.name == "voices":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
-    if f.default is None or f.type in ("str | None",):
-        return raw
     if f.name in ("port", "max_batch_size", "max_batch_phonemes", "max_queue", "max_input_chars",
-                  "max_body_bytes", "threads"):
+                  "max_body_bytes", "threads", "lanes"):
         return int(raw)
     if f.name in ("max_wait_ms", "max_starve_ms", "aging_per_s", "shutdown_timeout"):
         return float(raw)
-    return raw
+    return raw  # strings (device, dtype, api_key, host)
 
 
 def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
@@ -120,7 +121,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     types = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
-             "max_input_chars": int, "max_body_bytes": int, "threads": int,
+             "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int,
              "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
     for f in fields(ServeSettings):
         flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
@@ -179,7 +180,7 @@ def load_voices(settings: ServeSettings) -> dict:
 def build_engine(settings: ServeSettings):
     from ..engine import Engine, EngineConfig
 
-    return Engine(load_voices(settings), EngineConfig(scheduler=settings.scheduler_config()))
+    return Engine(load_voices(settings), EngineConfig(scheduler=settings.scheduler_config(), lanes=settings.lanes))
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -201,6 +202,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                             timeout_graceful_shutdown=int(max(1, settings.shutdown_timeout)),
                             limit_concurrency=None, access_log=bool(ns.verbose))
     server = uvicorn.Server(config)
-    print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port}", flush=True)
+    lanes = ", ".join(f"{dev}: {n}" for dev, n in engine.lanes.items())
+    print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port} "
+          f"(batches at once per device: {lanes})", flush=True)
     server.run()
     return 0
