@@ -255,12 +255,14 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
     monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ts = texts(16)
-    with Engine([v], cfg(max_batch_size=2, max_batch_phonemes=10_000)) as eng:
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=4, max_batch_phonemes=10_000),
+                          frontend_lookahead=4, lane_batch_size=2)
+    with Engine([v], config) as eng:
         assert eng.lanes == {"cpu": 2}
         outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
     for t, o in zip(ts, outs):
         np.testing.assert_array_equal(o, v.expected(t))
-    assert v.max_concurrent == 2
+    assert v.max_concurrent == 2 and max(v.batches) == 2  # lane_batch_size bounds a lane's batch
     assert set(teams) <= {1, 2} and 1 in teams  # lanes split the two threads while both run
 
     def request_of(payload) -> str:  # "request 3 sentence 1" -> "request 3"
@@ -288,3 +290,5 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
     assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(lanes=1)).lanes == {"cpu": 1}
     with pytest.raises(ValueError, match="lanes"):
         EngineConfig(lanes=0).validate()
+    with pytest.raises(ValueError, match="lane_batch_size"):
+        EngineConfig(lane_batch_size=0).validate()

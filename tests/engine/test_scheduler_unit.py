@@ -420,3 +420,15 @@ def test_a_request_has_at_most_one_batch_in_flight():
     s.complete(b1)
     b3 = s.schedule(0.0)
     assert [(it.request_id, it.index) for it in b3.items] == [("a", 2), ("a", 3)]
+
+
+def test_max_items_makes_a_smaller_batch_that_is_due_at_once():
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_wait_ms=1000))
+    add(s, "a", 1, now=0.0)
+    add(s, "b", 3, now=0.0)
+    assert s.schedule(0.0) is None and s.next_deadline(0.0) == pytest.approx(1.0)  # waits for companions
+    assert s.next_deadline(0.0, max_items=1) == 0.0
+    b = s.schedule(0.0, max_items=1)
+    assert [(it.request_id, it.index) for it in b.items] == [("a", 0)]  # shortest work first, alone
+    b = s.schedule(0.0, max_items=2)
+    assert [(it.request_id, it.index) for it in b.items] == [("b", 0), ("b", 1)]

@@ -319,17 +319,19 @@ class Scheduler:
             rs = nxt
             depth += 1
 
-    def next_deadline(self, now: float) -> float | None:
-        """Seconds until a batch is due (0 = now), or None if nothing is queued."""
+    def next_deadline(self, now: float, max_items: int | None = None) -> float | None:
+        """Seconds until a batch is due (0 = now), or None if nothing is queued (that may be
+        scheduled: requests with a batch in flight wait). max_items: as for `schedule`."""
         best = None
         for voice in self._voice_turn:
-            d = self._due_in(voice, now)
+            d = self._due_in(voice, now, max_items)
             if d is not None and (best is None or d < best):
                 best = d
         return best
 
-    def _due_in(self, voice: Hashable, now: float) -> float | None:
+    def _due_in(self, voice: Hashable, now: float, max_items: int | None = None) -> float | None:
         c = self.config
+        full = c.max_batch_size if max_items is None else min(max_items, c.max_batch_size)
         count = cost = 0
         oldest = None
         for r in self._requests.values():
@@ -342,7 +344,7 @@ class Scheduler:
             oldest = a if oldest is None else min(oldest, a)
         if oldest is None:
             return None
-        if count >= c.max_batch_size or cost >= c.max_batch_phonemes:
+        if count >= full or cost >= c.max_batch_phonemes:
             return 0.0
         return max(0.0, oldest + c.max_wait_ms / 1000.0 - now)
 
@@ -353,12 +355,13 @@ class Scheduler:
         """Device seconds the voice's batches have used (as reported to `complete`)."""
         return self._voice_time.get(voice, 0.0)
 
-    def schedule(self, now: float, force: bool = False) -> Batch | None:
+    def schedule(self, now: float, force: bool = False, max_items: int | None = None) -> Batch | None:
         """The next batch to run, or None if none is due yet (see `next_deadline`).
-        force=True starts a batch now even if it is not full (e.g. at shutdown)."""
+        force=True starts a batch now even if it is not full (e.g. at shutdown).
+        max_items: a smaller batch size for this batch (the engine's CPU lanes: 1)."""
         best = None  # least device time used first; among equals, the least recently served
         for voice in self._voice_turn:
-            due = self._due_in(voice, now)
+            due = self._due_in(voice, now, max_items)
             if due is None or (due > 0 and not force):
                 continue
             key = (self._voice_time.get(voice, 0.0), self._voice_served.get(voice, -1))
@@ -368,11 +371,12 @@ class Scheduler:
             return None
         voice = best[1]
         self._voice_served[voice] = next(self._batches)
-        batch = self._build(voice, now)
+        batch = self._build(voice, now, max_items)
         return batch if batch.items else None
 
-    def _build(self, voice: Hashable, now: float) -> Batch:
+    def _build(self, voice: Hashable, now: float, max_items: int | None = None) -> Batch:
         c = self.config
+        size = c.max_batch_size if max_items is None else min(max_items, c.max_batch_size)
         # a stream's first item takes no successor of its request into the batch unless it is
         # short (<= max_batch_phonemes / 2): a longer one may be cut (see "Cut sentences") and
         # its rest must come before them; a short one with successors is not marked early
@@ -381,7 +385,7 @@ class Scheduler:
         lo = hi = 0
         blocked: set = set()  # requests with a skipped item: their later items must wait too
         for it in self._candidates(voice, now):
-            if len(chosen) >= c.max_batch_size:
+            if len(chosen) >= size:
                 break
             if it.request_id in blocked:
                 continue

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..engine.engine import EngineConfig
 from ..engine.scheduler import SchedulerConfig
 from ..voices.registry import DEFAULT_VOICE
 from .app import AppConfig
@@ -25,6 +26,7 @@ from .app import AppConfig
 log = logging.getLogger(__name__)
 _SCHED = SchedulerConfig()
 _APP = AppConfig()
+_ENG = EngineConfig()
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class ServeSettings:
     """CPU intra-op threads for the model (None: PyTorch's default)."""
     lanes: int | None = None
     """Batches a CPU runs at once, sharing its threads (None: EngineConfig's choice)."""
+    lane_batch_size: int = _ENG.lane_batch_size
+    """With several lanes: sentences per batch."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
@@ -83,6 +87,7 @@ _HELP = {
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",
     "lanes": "batches a CPU runs at once, sharing its threads (default: 2 for VITS voices on 2+ threads)",
+    "lane_batch_size": "with several lanes: sentences per batch",
 }
 
 
@@ -94,7 +99,7 @@ def _convert(f, raw: str):
     if f.name == "voices":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
     if f.name in ("port", "max_batch_size", "max_batch_phonemes", "max_queue", "max_input_chars",
-                  "max_body_bytes", "threads", "lanes"):
+                  "max_body_bytes", "threads", "lanes", "lane_batch_size"):
         return int(raw)
     if f.name in ("max_wait_ms", "max_starve_ms", "aging_per_s", "shutdown_timeout"):
         return float(raw)
@@ -121,7 +126,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     types = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
-             "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int,
+             "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
              "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
     for f in fields(ServeSettings):
         flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
@@ -178,9 +183,10 @@ def load_voices(settings: ServeSettings) -> dict:
 
 
 def build_engine(settings: ServeSettings):
-    from ..engine import Engine, EngineConfig
+    from ..engine import Engine
 
-    return Engine(load_voices(settings), EngineConfig(scheduler=settings.scheduler_config(), lanes=settings.lanes))
+    return Engine(load_voices(settings), EngineConfig(scheduler=settings.scheduler_config(), lanes=settings.lanes,
+                                                      lane_batch_size=settings.lane_batch_size).validate())
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
