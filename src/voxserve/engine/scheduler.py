@@ -329,9 +329,12 @@ class Scheduler:
                 best = d
         return best
 
+    def _batch_size(self, max_items: int | None) -> int:
+        return self.config.max_batch_size if max_items is None else min(max_items, self.config.max_batch_size)
+
     def _due_in(self, voice: Hashable, now: float, max_items: int | None = None) -> float | None:
         c = self.config
-        full = c.max_batch_size if max_items is None else min(max_items, c.max_batch_size)
+        full = self._batch_size(max_items)
         count = cost = 0
         oldest = None
         for r in self._requests.values():
@@ -376,7 +379,7 @@ class Scheduler:
 
     def _build(self, voice: Hashable, now: float, max_items: int | None = None) -> Batch:
         c = self.config
-        size = c.max_batch_size if max_items is None else min(max_items, c.max_batch_size)
+        size = self._batch_size(max_items)
         # a stream's first item takes no successor of its request into the batch unless it is
         # short (<= max_batch_phonemes / 2): a longer one may be cut (see "Cut sentences") and
         # its rest must come before them; a short one with successors is not marked early

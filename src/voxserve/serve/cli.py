@@ -95,15 +95,17 @@ def _env_name(field: str) -> str:
     return "VOXSERVE_" + field.upper()
 
 
+# settings that are numbers (the others are strings, and `voices` a list); flags and
+# environment variables both convert through this
+_TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
+          "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
+          "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
+
+
 def _convert(f, raw: str):
     if f.name == "voices":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
-    if f.name in ("port", "max_batch_size", "max_batch_phonemes", "max_queue", "max_input_chars",
-                  "max_body_bytes", "threads", "lanes", "lane_batch_size"):
-        return int(raw)
-    if f.name in ("max_wait_ms", "max_starve_ms", "aging_per_s", "shutdown_timeout"):
-        return float(raw)
-    return raw  # strings (device, dtype, api_key, host)
+    return _TYPES.get(f.name, str)(raw)
 
 
 def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
@@ -125,9 +127,6 @@ def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    types = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
-             "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
-             "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
     for f in fields(ServeSettings):
         flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
         default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
@@ -135,7 +134,7 @@ def add_parser(sub) -> None:
         if f.name == "voices":
             p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
         else:
-            p.add_argument(flag, dest=f.name, type=types.get(f.name, str), default=None, help=help_)
+            p.add_argument(flag, dest=f.name, type=_TYPES.get(f.name, str), default=None, help=help_)
     p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
     p.set_defaults(func=cmd_serve)
 
