@@ -12,7 +12,13 @@ import pytest
 from serve_fakes import FakeVoice
 
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
-from voxserve.errors import EmptyTextError, EngineClosedError, OverloadedError, UnpronounceableTextError
+from voxserve.errors import (
+    EmptyTextError,
+    EngineClosedError,
+    OverloadedError,
+    UnknownVoiceError,
+    UnpronounceableTextError,
+)
 
 
 def cfg(**kw) -> EngineConfig:
@@ -244,9 +250,11 @@ def test_step_by_hand_without_threads():
     eng.shutdown(1)
 
 
-def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
-    """Two lanes (as on a 2-core CPU): batches overlap in time, but never two batches of one
-    request (its audio stays in order), and every request gets exactly its own audio."""
+@pytest.mark.parametrize("urgent_lanes", [False, True])
+def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urgent_lanes):
+    """Two lanes (as on a 2-core CPU), and two urgent ones: batches overlap in time, but never
+    two batches of one request (its audio stays in order), and every request gets exactly its
+    own audio."""
     from voxserve.engine import engine as engine_mod
 
     monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
@@ -256,13 +264,14 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ts = texts(16)
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=4, max_batch_phonemes=10_000),
-                          frontend_lookahead=4, lane_batch_size=2)
+                          frontend_lookahead=4, lane_batch_size=2, urgent_lanes=urgent_lanes)
     with Engine([v], config) as eng:
         assert eng.lanes == {"cpu": 2}
         outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
     for t, o in zip(ts, outs):
         np.testing.assert_array_equal(o, v.expected(t))
-    assert v.max_concurrent == 2 and max(v.batches) == 2  # lane_batch_size bounds a lane's batch
+    assert 2 <= v.max_concurrent <= (4 if urgent_lanes else 2)
+    assert max(v.batches) == 2  # lane_batch_size bounds a lane's batch
     assert set(teams) <= {1, 2} and 1 in teams  # lanes split the two threads while both run
 
     def request_of(payload) -> str:  # "request 3 sentence 1" -> "request 3"
@@ -281,14 +290,119 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
     monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
     teams = []
     monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
+    reniced = []
+    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: reniced.append(threading.current_thread().name))
     v = FakeVoice(delay_s=0.005, concurrent_runs=True)
+    ran_on = set()
+    run = v.run_pieces
+    monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.add(threading.current_thread().name) or run(*a, **k))
     with Engine([v], cfg()) as eng:  # one request at a time: nothing else waits
         for t in texts(3):
             asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
     assert teams and set(teams) == {2} and v.max_concurrent == 1
+    # on urgent lane 0, at the process's priority (a reniced team would crawl beside urgent work)
+    assert ran_on == {"voxserve-worker-cpu-urgent-0"} and len(reniced) == 2 and not ran_on & set(reniced)
     assert Engine([FakeVoice()], cfg()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
     assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(lanes=1)).lanes == {"cpu": 1}
     with pytest.raises(ValueError, match="lanes"):
         EngineConfig(lanes=0).validate()
     with pytest.raises(ValueError, match="lane_batch_size"):
         EngineConfig(lane_batch_size=0).validate()
+
+
+class GatedLongVoice(FakeVoice):
+    """Sentences of at least `long` characters wait for `release` (they hold the lanes)."""
+
+    def __init__(self, long: int, **kw):
+        super().__init__(**kw)
+        self.long = long
+        self.release = threading.Event()
+        self.held = 0  # batches waiting for release
+        self.held_when_short_ran: list[int] = []
+
+    def run_pieces(self, units, early=(), max_cost=None):
+        if any(u.cost >= self.long for u in units):
+            with self.lock:
+                self.held += 1
+            self.release.wait(10)
+            with self.lock:
+                self.held -= 1
+        else:
+            self.held_when_short_ran.append(self.held)
+        return super().run_pieces(units, early, max_cost)
+
+
+@pytest.mark.parametrize("urgent_lanes", [True, False])
+def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkeypatch, urgent_lanes):
+    """Long sentences hold the lanes; a short request is served at once on an urgent lane
+    (the other lanes' threads reniced below it). Without urgent lanes it waits for a lane."""
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
+    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
+    teams = []
+    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
+    reniced = []
+    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: reniced.append(d) or True)
+    v = GatedLongVoice(long=100, concurrent_runs=True)
+    long_text = "x" * 150 + ". " + "y" * 150 + "."  # two sentences: 300 to its end, not urgent
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, urgent_max_cost=60),
+                          urgent_lanes=urgent_lanes, lane_nice=7)
+    done = threading.Event()
+
+    class Sink:
+        def on_audio(self, i, a, t, partial=False):
+            pass
+        def on_done(self, n):
+            done.set()
+        def on_error(self, e):
+            raise e
+
+    class Quiet(Sink):
+        def on_done(self, n):
+            pass
+
+    eng = Engine([v], config).start(threads=False)  # accept first: the lanes find work queued
+    assert eng.urgent_lanes == {"cpu": urgent_lanes} and eng.lanes == {"cpu": 2}
+    for _ in range(3):  # two hold the (other) lanes, one waits
+        eng.submit("fake", long_text, None, Quiet())
+    deadline = time.time() + 5
+    while eng.queued_sentences() < 6 and time.time() < deadline:
+        time.sleep(0.005)
+    eng.start()
+    while v.held < 2 and time.time() < deadline:
+        time.sleep(0.005)
+    assert eng._workers["cpu"]._team[:2] == [1, 1]
+    eng.submit("fake", "a short one.", None, Sink(), streaming=True)
+    served = done.wait(5 if urgent_lanes else 0.3)
+    v.release.set()
+    assert eng.drain(10)
+    eng.shutdown(1)
+    assert served == urgent_lanes
+    assert reniced == ([7, 7] if urgent_lanes else [])
+    if urgent_lanes:
+        assert v.held_when_short_ran[0] == 2  # it ran while long work held both lanes
+
+
+def test_warm_voice_warms_every_team_size_the_lanes_use(monkeypatch):
+    """oneDNN builds kernels per shape and thread count: the warm-up runs once per team size
+    (every thread for a lone batch, one for a lane's share), then gives its team back."""
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
+    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
+    teams = []
+    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
+    released = []
+    monkeypatch.setattr(engine_mod, "release_openmp_threads", lambda: released.append(1) or True)
+    v = FakeVoice(concurrent_runs=True)
+    warmed_at = []
+    v.warmup = lambda: warmed_at.append(teams[-1] if teams else None)
+    Engine([v], cfg()).warm_voice("fake")
+    assert warmed_at == [2, 1] and teams[-1] == 2 and released
+    warmed_at.clear()
+    teams.clear()
+    Engine([v], EngineConfig(lanes=1)).warm_voice("fake")  # one lane: its team as it is
+    assert warmed_at == [None]
+    with pytest.raises(UnknownVoiceError):
+        Engine([v], cfg()).warm_voice("nope")

@@ -432,3 +432,51 @@ def test_max_items_makes_a_smaller_batch_that_is_due_at_once():
     assert [(it.request_id, it.index) for it in b.items] == [("a", 0)]  # shortest work first, alone
     b = s.schedule(0.0, max_items=2)
     assert [(it.request_id, it.index) for it in b.items] == [("b", 0), ("b", 1)]
+
+
+def test_urgent_class_is_a_short_wait_in_service_order():
+    """urgent=True schedules requests whose client waits for at most urgent_max_cost (a short
+    request's end, a stream's first sentence, a long request's last sentence), urgent=False the
+    others (and requests whose end is still unknown), None everything."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=1000, urgent_max_cost=160))
+    add(s, "long", 2, cost=100)  # its end is 200 away
+    add(s, "open", 1, cost=20)  # its front end is still running: end unknown
+    add(s, "stream", 3, cost=150, streaming=True)  # first audio 150 away
+    add(s, "short", 1, cost=50)
+    for rid in ("long", "stream", "short"):
+        s.input_done(rid)
+    assert s.next_deadline(0.0, max_items=1, urgent=True) == 0.0
+    b = s.schedule(0.0, max_items=1, urgent=True)
+    assert [(it.request_id, it.index) for it in b.items] == [("short", 0)]
+    b2 = s.schedule(0.0, max_items=1, urgent=True)
+    assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
+    assert s.schedule(0.0, max_items=1, urgent=True) is None  # stream's rest: 300 (in flight); long: 200
+    assert s.next_deadline(0.0, max_items=1, urgent=True) is None
+    b3 = s.schedule(0.0, max_items=1, urgent=False)
+    assert [(it.request_id, it.index) for it in b3.items] == [("long", 0)]  # 200 before inf
+    b4 = s.schedule(0.0, max_items=1, urgent=False)
+    assert [(it.request_id, it.index) for it in b4.items] == [("open", 0)]
+    s.complete(b3)  # long's end: 100 away now
+    b5 = s.schedule(0.0, max_items=1, urgent=True)
+    assert [(it.request_id, it.index) for it in b5.items] == [("long", 1)]
+    s.complete(b2)
+    assert s.schedule(0.0, max_items=1, urgent=True) is None  # stream's rest: 300
+    b6 = s.schedule(0.0, max_items=1)  # no class: anything
+    assert [(it.request_id, it.index) for it in b6.items] == [("stream", 1)]
+    assert s.queued == 1 and s.queued_cost == 150
+
+
+def test_rescues_take_turns_within_a_class():
+    """A starving request goes first in its class; a rescue in one class does not make the
+    other class skip its own rescues."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0, max_starve_ms=1000, urgent_max_cost=160))
+    add(s, "old", 1, cost=120, now=0.0)
+    add(s, "new", 1, cost=30, now=5.0)
+    add(s, "old_long", 2, cost=200, now=0.0)
+    add(s, "new_long", 2, cost=150, now=5.0)
+    for rid in ("old", "new", "old_long", "new_long"):
+        s.input_done(rid)
+    b = s.schedule(5.0, max_items=1, urgent=False)
+    assert [it.request_id for it in b.items] == ["old_long"]  # waited 5 s > max_starve_ms
+    b = s.schedule(5.0, max_items=1, urgent=True)
+    assert [it.request_id for it in b.items] == ["old"]  # its class's rescue, not "new" (30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voxserve.cli import build_parser
+from voxserve.engine import EngineConfig
 from voxserve.engine.scheduler import SchedulerConfig
 from voxserve.serve.cli import ServeSettings, settings_from
 
@@ -29,6 +30,16 @@ def test_flag_beats_environment_beats_default():
     assert settings_from(parse(), environ={"VOXSERVE_LANES": "1"}).lanes == 1
     assert settings_from(parse(), environ={"VOXSERVE_THREADS": "3"}).threads == 3  # an int, not "3"
     assert settings_from(parse("--lanes", "2"), environ={"VOXSERVE_LANES": "1"}).lanes == 2
+
+
+def test_engine_settings_and_urgent_lanes_switch():
+    assert settings_from(parse(), environ={}).engine_config() == EngineConfig()
+    c = settings_from(parse("--urgent-max-cost", "0"), environ={"VOXSERVE_LANE_NICE": "5"}).engine_config()
+    assert (c.urgent_lanes, c.lane_nice) == (False, 5)
+    c = settings_from(parse(), environ={"VOXSERVE_URGENT_MAX_COST": "90"}).engine_config()
+    assert (c.urgent_lanes, c.scheduler.urgent_max_cost) == (True, 90)
+    with pytest.raises(ValueError, match="lane_nice"):
+        settings_from(parse("--lane-nice", "25"), environ={}).engine_config()
 
 
 def test_bad_values_are_clear_errors():

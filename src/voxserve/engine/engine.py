@@ -25,7 +25,13 @@ import numpy as np
 
 from ..errors import EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
-from ..runtime.cpu import intra_op_threads, release_openmp_threads, set_thread_team, thread_teams
+from ..runtime.cpu import (
+    intra_op_threads,
+    lower_thread_priority,
+    release_openmp_threads,
+    set_thread_team,
+    thread_teams,
+)
 from .scheduler import Batch, Scheduler, SchedulerConfig
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,15 @@ class EngineConfig:
     """Batches a device runs at once (see `_Worker`). None: 2 on a CPU with at least 2
     intra-op threads whose voices all allow it (`Voice.concurrent_runs`: VITS in eager mode),
     else 1 (GPUs, Bark, offload, torch.compile). More than the CPU's threads is cut to them."""
+    urgent_lanes: bool = True
+    """With several lanes: as many again for urgent work (the scheduler's "Urgent work": a
+    short request, a stream's short first sentence; `SchedulerConfig.urgent_max_cost`), while
+    the lanes take the rest at `lane_nice` lower OS priority. A short request then gets a core
+    at once instead of waiting up to a piece's time for a lane, and the cores still do the
+    same total work (see `_Worker`)."""
+    lane_nice: int = 10
+    """With urgent lanes: how much the other lanes' threads are reniced (CFS weights: at +10 a
+    nice-0 thread gets ~90% of a core it shares with one of them)."""
 
     def validate(self) -> "EngineConfig":
         self.scheduler.validate()
@@ -59,6 +74,8 @@ class EngineConfig:
             raise ValueError("lanes must be at least 1")
         if self.lane_batch_size < 1:
             raise ValueError("lane_batch_size must be at least 1")
+        if not 0 <= self.lane_nice <= 19:
+            raise ValueError("lane_nice must be in 0..19")
         return self
 
 
@@ -101,6 +118,17 @@ class _Worker:
     on both cores (docs/serving.md). A batch with nothing else waiting runs on lane 0 with
     every thread, so a lone request is as fast as with one lane. A request has at most one batch
     in flight (the scheduler's rule), so its audio still comes back in order.
+
+    Urgent lanes (`EngineConfig.urgent_lanes`): with lanes, the work is split in two classes
+    (the scheduler's "Urgent work": requests whose client waits for little, and the others),
+    each with its own set of `lanes` threads. The other work's threads are reniced below the
+    urgent ones, so when a short request arrives while long pieces hold every core, the kernel
+    preempts them for it at once instead of it waiting for a piece to end (a batch cannot be
+    interrupted); when there is no urgent work, the other lanes have the cores to themselves.
+    A lone batch (nothing else running or waiting) of either class runs on urgent lane 0 with
+    every thread: a reniced team on every thread would crawl once urgent work came, each of its
+    OpenMP barriers waiting for the thread that shares a core with an urgent lane (traced:
+    a 237-id sentence took 4.7 s).
     """
 
     def __init__(self, engine: "Engine", device: str, lanes: int = 1, threads: int = 1):
@@ -109,20 +137,42 @@ class _Worker:
         self.scheduler = Scheduler(engine.config.scheduler)
         self.cond = threading.Condition()
         self.lanes = max(1, lanes)
-        self.threads = max(1, threads)  # intra-op threads the lanes share
-        self._team = [0] * self.lanes  # threads each lane's batch holds (0: idle)
+        self.threads = max(1, threads)  # intra-op threads each class of lanes shares
+        self.urgent = self.lanes > 1 and engine.config.urgent_lanes
+        n = self.lanes * (2 if self.urgent else 1)  # lanes k >= self.lanes: the urgent class
+        self._team = [0] * n  # threads each lane's batch holds (0: idle)
         name = f"voxserve-worker-{device}"
         self.lane_threads = [threading.Thread(target=self._loop, args=(k,), daemon=True,
-                                              name=name if self.lanes == 1 else f"{name}-{k}")
-                             for k in range(self.lanes)]
+                                              name=name if n == 1 else f"{name}-{self._lane_name(k)}")
+                             for k in range(n)]
         self.running_batch = 0  # items in the batches being run
         self._max_items = engine.config.lane_batch_size if self.lanes > 1 else None
+
+    def _lane_name(self, lane: int) -> str:
+        return f"urgent-{lane - self.lanes}" if lane >= self.lanes else str(lane)
+
+    def _class(self, lane: int) -> bool | None:
+        """The work a lane takes: None = any (no urgent lanes), True = urgent, False = other."""
+        return (lane >= self.lanes) if self.urgent else None
+
+    def _peers(self, lane: int) -> list[int]:
+        """The lanes of a lane's class, its lane 0 first."""
+        first = self.lanes if self._class(lane) else 0
+        return list(range(first, first + self.lanes))
+
+    def _lone(self) -> bool:
+        """Nothing runs and one request waits: its batch will run alone (lock held)."""
+        return not any(self._team) and self.scheduler.waiting_requests() == 1
 
     def _may_schedule(self, lane: int) -> bool:
         if self.lanes == 1:
             return True
-        # lane 0 first (the one that may take every thread), and a thread must be free
-        return (lane == 0 or self._team[0] > 0) and sum(self._team) < self.threads
+        if self._class(lane) is False and self._lone():
+            return False  # a lone batch is urgent lane 0's (see the class doc)
+        # within a class: its lane 0 first (the one that may take every thread), and one of
+        # the class's threads must be free
+        peers = self._peers(lane)
+        return (lane == peers[0] or self._team[peers[0]] > 0) and sum(self._team[k] for k in peers) < self.threads
 
     def _claim(self, lane: int, batch: Batch, now: float) -> int:
         """Threads for a lane's batch (lock held): every free one if nothing else is waiting
@@ -130,9 +180,10 @@ class _Worker:
         self.running_batch += len(batch)
         if self.lanes == 1:
             return 0
-        free = self.threads - sum(self._team)
+        peers = self._peers(lane)
+        free = self.threads - sum(self._team[k] for k in peers)
         more = self.scheduler.next_deadline(now) is not None
-        alone = lane == 0 and not more and not any(self._team)
+        alone = lane == peers[0] and not more and not any(self._team) and self._class(lane) is not False
         team = free if alone else max(1, min(free, self.threads // self.lanes))
         self._team[lane] = team
         if more:
@@ -141,6 +192,9 @@ class _Worker:
 
     # The lane loop: everything below except `run` holds the lock.
     def _loop(self, lane: int) -> None:
+        urgent = self._class(lane)
+        if urgent is False:  # the other work yields the cores to urgent work
+            lower_thread_priority(self.engine.config.lane_nice)
         while True:
             with self.cond:
                 batch = None
@@ -150,9 +204,11 @@ class _Worker:
                     now = time.monotonic()
                     may = self._may_schedule(lane)
                     if may:
-                        batch = self.scheduler.schedule(now, max_items=self._max_items)
+                        batch = self.scheduler.schedule(now, max_items=self._max_items, urgent=urgent)
+                        if batch is None and urgent and lane == self.lanes and self._lone():
+                            batch = self.scheduler.schedule(now, max_items=self._max_items)
                     if batch is None:
-                        self.cond.wait(self.scheduler.next_deadline(now, self._max_items) if may else None)
+                        self.cond.wait(self.scheduler.next_deadline(now, self._max_items, urgent) if may else None)
                 team = self._claim(lane, batch, now)
             if team:
                 set_thread_team(team)
@@ -282,10 +338,34 @@ class Engine:
         want = self.config.lanes if self.config.lanes is not None else 2
         return max(1, min(want, threads)), threads
 
+    def warm_voice(self, name: str) -> None:
+        """Run a voice's own warm-up (`Voice.warmup`: CPU per-shape kernels, CUDA graphs) on
+        the calling thread, once per OpenMP team size its device's lanes use: oneDNN builds its
+        kernels per shape and per thread count (measured on a 2-core Zen 3: after a warm-up on
+        both threads, the first single-threaded pass over the short corpus sentences took 1.38x
+        as long as the next). Call before traffic: it uses the model from this thread."""
+        warm = getattr(self.voice(name), "warmup", None)
+        if warm is None:
+            return
+        w = self._worker_of[name]
+        sizes = [w.threads] + ([max(1, w.threads // w.lanes)] if w.lanes > 1 else [])
+        for n in dict.fromkeys(sizes):  # (in order, once each)
+            if w.lanes > 1:
+                set_thread_team(n)
+            warm()
+        if w.lanes > 1:
+            set_thread_team(w.threads)
+            release_openmp_threads()  # the lanes' teams stay the only ones (runtime/cpu.py)
+
     @property
     def lanes(self) -> dict[str, int]:
         """Lanes per device (batches each runs at once)."""
         return {dev: w.lanes for dev, w in self._workers.items()}
+
+    @property
+    def urgent_lanes(self) -> dict[str, bool]:
+        """Whether each device has urgent lanes (`EngineConfig.urgent_lanes`)."""
+        return {dev: w.urgent for dev, w in self._workers.items()}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, threads: bool = True) -> "Engine":

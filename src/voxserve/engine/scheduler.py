@@ -70,6 +70,15 @@ while a batch holding one of them runs. With one worker thread this never binds 
 completed before the next is scheduled); with several (the engine's CPU lanes) it keeps a
 request's audio in order and puts a cut sentence's rest back before its successors can run.
 
+Urgent work
+-----------
+A request is urgent while its client waits for little: at most `urgent_max_cost` of work
+(`_left`: a short request's end, a stream's short first sentence, a long request's last
+sentence). `schedule(..., urgent=True)` (and `next_deadline`) consider urgent requests only,
+`urgent=False` the others, None (the default) all of them: the engine's CPU lanes run the two
+classes on threads of different OS priority (see the engine's `_Worker`). Within a class the
+order above holds, rescues included.
+
 Cancellation drops a request's queued items at once (they are never run). Back-pressure:
 `admit()` refuses new requests while `max_queued_sentences` items are queued; items of accepted
 requests are always accepted.
@@ -109,6 +118,9 @@ class SchedulerConfig:
     shortest_first: bool = True
     """Least work to what the client waits for goes first (a stream's first sentence, else the
     request's end; then round-robin); False = streaming first sentences, then round-robin."""
+    urgent_max_cost: int = 160
+    """A request is urgent (see "Urgent work") while what its client waits for costs at most
+    this: ~2 s of audio, ~0.3 s on one Zen 3 core; the corpus's short texts cost 30-140."""
     aging_per_s: float = 0.0
     """With `shortest_first`: cost units a request's priority gains per second its next sentence
     waits (0 = shortest work first, bounded by `max_starve_ms`). Measured at 8 clients on a
@@ -126,6 +138,8 @@ class SchedulerConfig:
             raise ValueError("max_queued_sentences must be at least 1")
         if self.max_starve_ms < 0:
             raise ValueError("max_starve_ms must be >= 0")
+        if self.urgent_max_cost < 1:
+            raise ValueError("urgent_max_cost must be at least 1")
         if self.aging_per_s < 0:
             raise ValueError("aging_per_s must be >= 0")
         if self.max_length_ratio != 0 and self.max_length_ratio < 1:
@@ -190,7 +204,7 @@ class Scheduler:
         self._voice_time: dict[Hashable, float] = {}  # device seconds used, per voice (see module doc)
         self._voice_served: dict[Hashable, int] = {}  # batch number of each voice's last batch
         self._batches = itertools.count()
-        self._rescued: set[Hashable] = set()  # voices whose last batch was led by a starving request
+        self._rescued: set[tuple] = set()  # (voice, class) whose last batch was led by a starving request
         self.queued = 0  # items waiting (not started)
         self.queued_cost = 0
 
@@ -262,6 +276,10 @@ class Scheduler:
         r = self._requests.get(request_id)
         return len(r.queue) if r else 0
 
+    def waiting_requests(self) -> int:
+        """Requests with queued items and no batch in flight (that a batch may come from)."""
+        return sum(1 for r in self._requests.values() if r.queue and not r.running)
+
     @property
     def num_requests(self) -> int:
         return len(self._requests)
@@ -276,39 +294,52 @@ class Scheduler:
     def _starving(self, r: _Request, now: float) -> bool:
         return self._waited(r, now) >= self.config.max_starve_ms / 1000.0
 
-    def _order(self, voice: Hashable, now: float) -> list[_Request]:
-        """Requests of a voice with queued items, in service order."""
-        rs = [r for r in self._requests.values() if r.voice == voice and r.queue and not r.running]
+    @staticmethod
+    def _first(r: _Request) -> bool:
+        """The request's next item is (the rest of) a stream's first sentence."""
+        return r.streaming and (r.served == 0 or r.queue[0].continues)
+
+    def _left(self, r: _Request) -> float:
+        """The work (cost) that stands between the client and what it waits for: a stream's
+        first audio (its first sentence), else the end of the request (all it has queued, known
+        once its front end is done; inf before). Ordering by it, a short request's last
+        sentence competes with new requests' first sentences instead of waiting behind all of
+        them: under steady load there always is a new one."""
+        if self._first(r):
+            return r.queue[0].cost
+        return sum(it.cost for it in r.queue) if r.input_done else float("inf")
+
+    def _in_class(self, r: _Request, urgent: bool | None) -> bool:
+        return urgent is None or (self._left(r) <= self.config.urgent_max_cost) == urgent
+
+    def _schedulable(self, voice: Hashable, urgent: bool | None) -> list[_Request]:
+        """A voice's requests with queued items and no batch in flight, of the class asked."""
+        return [r for r in self._requests.values()
+                if r.voice == voice and r.queue and not r.running and self._in_class(r, urgent)]
+
+    def _order(self, voice: Hashable, now: float, urgent: bool | None = None) -> list[_Request]:
+        """Requests of a voice (and class) with queued items, in service order."""
+        rs = self._schedulable(voice, urgent)
         starving = {r.id for r in rs if self._starving(r, now)}
-        if voice in self._rescued and len(starving) < len(rs):
+        if (voice, urgent) in self._rescued and len(starving) < len(rs):
             starving = set()  # the last batch was a rescue: the others' turn (module doc)
 
         def key(r: _Request):
-            first = r.streaming and (r.served == 0 or r.queue[0].continues)
             if r.id in starving:
                 return (0, 0, r.vserved, r.seq)
             if self.config.shortest_first:
-                # one order by the work that stands between the client and what it waits for:
-                # a stream's first audio (its first sentence), else the end of the request
-                # (all it has queued, known once its front end is done). A short request's
-                # last sentence thus competes with new requests' first sentences instead of
-                # waiting behind all of them: under steady load there always is a new one.
-                if first:
-                    left = r.queue[0].cost
-                else:
-                    left = sum(it.cost for it in r.queue) if r.input_done else float("inf")
                 # aging: waiting earns priority, so a long first sentence (or a long request's
                 # remainder) is not held back by short newcomers for as long as they keep coming
-                return (1, left - self.config.aging_per_s * self._waited(r, now), r.vserved, r.seq)
-            return (1 if first else 2, 0, r.vserved, r.seq)
+                return (1, self._left(r) - self.config.aging_per_s * self._waited(r, now), r.vserved, r.seq)
+            return (1 if self._first(r) else 2, 0, r.vserved, r.seq)
 
         rs.sort(key=key)
         return rs
 
-    def _candidates(self, voice: Hashable, now: float) -> Iterable[Item]:
+    def _candidates(self, voice: Hashable, now: float, urgent: bool | None) -> Iterable[Item]:
         """Items of a voice in service order: round 0 takes each request's next item, round 1
         the one after, ... (a request's items stay in order)."""
-        rs = self._order(voice, now)
+        rs = self._order(voice, now, urgent)
         depth = 0
         while rs:
             nxt = []
@@ -319,12 +350,12 @@ class Scheduler:
             rs = nxt
             depth += 1
 
-    def next_deadline(self, now: float, max_items: int | None = None) -> float | None:
+    def next_deadline(self, now: float, max_items: int | None = None, urgent: bool | None = None) -> float | None:
         """Seconds until a batch is due (0 = now), or None if nothing is queued (that may be
-        scheduled: requests with a batch in flight wait). max_items: as for `schedule`."""
+        scheduled: requests with a batch in flight wait). max_items, urgent: as for `schedule`."""
         best = None
         for voice in self._voice_turn:
-            d = self._due_in(voice, now, max_items)
+            d = self._due_in(voice, now, max_items, urgent)
             if d is not None and (best is None or d < best):
                 best = d
         return best
@@ -332,14 +363,13 @@ class Scheduler:
     def _batch_size(self, max_items: int | None) -> int:
         return self.config.max_batch_size if max_items is None else min(max_items, self.config.max_batch_size)
 
-    def _due_in(self, voice: Hashable, now: float, max_items: int | None = None) -> float | None:
+    def _due_in(self, voice: Hashable, now: float, max_items: int | None = None,
+                urgent: bool | None = None) -> float | None:
         c = self.config
         full = self._batch_size(max_items)
         count = cost = 0
         oldest = None
-        for r in self._requests.values():
-            if r.voice != voice or not r.queue or r.running:
-                continue
+        for r in self._schedulable(voice, urgent):
             count += len(r.queue)
             if cost < c.max_batch_phonemes:
                 cost += sum(it.cost for it in r.queue)
@@ -358,13 +388,15 @@ class Scheduler:
         """Device seconds the voice's batches have used (as reported to `complete`)."""
         return self._voice_time.get(voice, 0.0)
 
-    def schedule(self, now: float, force: bool = False, max_items: int | None = None) -> Batch | None:
+    def schedule(self, now: float, force: bool = False, max_items: int | None = None,
+                 urgent: bool | None = None) -> Batch | None:
         """The next batch to run, or None if none is due yet (see `next_deadline`).
         force=True starts a batch now even if it is not full (e.g. at shutdown).
-        max_items: a smaller batch size for this batch (the engine's CPU lanes: 1)."""
+        max_items: a smaller batch size for this batch (the engine's CPU lanes: 1).
+        urgent: True / False = of urgent / other requests only (see "Urgent work")."""
         best = None  # least device time used first; among equals, the least recently served
         for voice in self._voice_turn:
-            due = self._due_in(voice, now, max_items)
+            due = self._due_in(voice, now, max_items, urgent)
             if due is None or (due > 0 and not force):
                 continue
             key = (self._voice_time.get(voice, 0.0), self._voice_served.get(voice, -1))
@@ -374,10 +406,10 @@ class Scheduler:
             return None
         voice = best[1]
         self._voice_served[voice] = next(self._batches)
-        batch = self._build(voice, now, max_items)
+        batch = self._build(voice, now, max_items, urgent)
         return batch if batch.items else None
 
-    def _build(self, voice: Hashable, now: float, max_items: int | None = None) -> Batch:
+    def _build(self, voice: Hashable, now: float, max_items: int | None, urgent: bool | None) -> Batch:
         c = self.config
         size = self._batch_size(max_items)
         # a stream's first item takes no successor of its request into the batch unless it is
@@ -387,7 +419,7 @@ class Scheduler:
         cost = 0
         lo = hi = 0
         blocked: set = set()  # requests with a skipped item: their later items must wait too
-        for it in self._candidates(voice, now):
+        for it in self._candidates(voice, now, urgent):
             if len(chosen) >= size:
                 break
             if it.request_id in blocked:
@@ -409,9 +441,13 @@ class Scheduler:
             hi = max(hi, it.cost)
         # a rescue (the batch's lead is starving) gives the next batch to the others
         if chosen and self._starving(self._requests[chosen[0].request_id], now):
-            self._rescued.add(voice)
+            self._rescued.add((voice, urgent))
         else:
-            self._rescued.discard(voice)
+            self._rescued.discard((voice, urgent))
+        return self._take(voice, chosen, now)
+
+    def _take(self, voice: Hashable, chosen: list[Item], now: float) -> Batch:
+        """Dequeue the chosen items (each its request's next, in service order) as a batch."""
         early = []
         several = {rid for rid, n in Counter(it.request_id for it in chosen).items() if n > 1}
         for k, it in enumerate(chosen):
@@ -425,7 +461,7 @@ class Scheduler:
             r.last_service = now
             r.running += 1
         self.queued -= len(chosen)
-        self.queued_cost -= cost
+        self.queued_cost -= batch_cost(chosen)
         return Batch(voice, chosen, tuple(early))
 
     def complete(self, batch: Batch, seconds: float | None = None) -> None:

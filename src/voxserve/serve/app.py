@@ -204,9 +204,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                 # Until `ready` is set every request is refused (503), so no batch can be on the
                 # worker: the voice's own warm-up (CPU: per-shape kernels; CUDA: graph capture)
                 # may use the model from this thread.
-                warm = getattr(engine.voices[name], "warmup", None)
-                if warm is not None:
-                    warm()
+                engine.warm_voice(name)
                 done = threading.Event()
 
                 class _S:

@@ -56,12 +56,20 @@ class ServeSettings:
     """Batches a CPU runs at once, sharing its threads (None: EngineConfig's choice)."""
     lane_batch_size: int = _ENG.lane_batch_size
     """With several lanes: sentences per batch."""
+    urgent_max_cost: int = _SCHED.urgent_max_cost
+    """With several lanes: requests whose client waits for at most this many phoneme ids run on
+    urgent lanes, at a higher OS priority than the rest (0: no urgent lanes)."""
+    lane_nice: int = _ENG.lane_nice
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
                                max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
-                               aging_per_s=self.aging_per_s,
+                               aging_per_s=self.aging_per_s, urgent_max_cost=max(1, self.urgent_max_cost),
                                max_queued_sentences=self.max_queue).validate()
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes, lane_batch_size=self.lane_batch_size,
+                            urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice).validate()
 
     def app_config(self) -> AppConfig:
         return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
@@ -88,6 +96,10 @@ _HELP = {
     "threads": "CPU threads for the model",
     "lanes": "batches a CPU runs at once, sharing its threads (default: 2 for VITS voices on 2+ threads)",
     "lane_batch_size": "with several lanes: sentences per batch",
+    "urgent_max_cost": "with several lanes: a request whose client waits for at most this many phoneme ids "
+                       "(a short one, a stream's first sentence) runs on urgent lanes, at a higher OS "
+                       "priority than the rest (0: no urgent lanes)",
+    "lane_nice": "with urgent lanes: how much lower the other lanes' OS priority is (nice)",
 }
 
 
@@ -99,6 +111,7 @@ def _env_name(field: str) -> str:
 # environment variables both convert through this
 _TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
           "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
+          "urgent_max_cost": int, "lane_nice": int,
           "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
 
 
@@ -184,8 +197,7 @@ def load_voices(settings: ServeSettings) -> dict:
 def build_engine(settings: ServeSettings):
     from ..engine import Engine
 
-    return Engine(load_voices(settings), EngineConfig(scheduler=settings.scheduler_config(), lanes=settings.lanes,
-                                                      lane_batch_size=settings.lane_batch_size).validate())
+    return Engine(load_voices(settings), settings.engine_config())
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -207,7 +219,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                             timeout_graceful_shutdown=int(max(1, settings.shutdown_timeout)),
                             limit_concurrency=None, access_log=bool(ns.verbose))
     server = uvicorn.Server(config)
-    lanes = ", ".join(f"{dev}: {n}" for dev, n in engine.lanes.items())
+    lanes = ", ".join(f"{dev}: {n}{f' (+{n} urgent)' if engine.urgent_lanes[dev] else ''}"
+                      for dev, n in engine.lanes.items())
     print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port} "
           f"(batches at once per device: {lanes})", flush=True)
     server.run()
