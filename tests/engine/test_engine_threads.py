@@ -406,3 +406,21 @@ def test_warm_voice_warms_every_team_size_the_lanes_use(monkeypatch):
     assert warmed_at == [None]
     with pytest.raises(UnknownVoiceError):
         Engine([v], cfg()).warm_voice("nope")
+
+
+def test_a_lone_batch_that_waits_for_companions_still_starts(monkeypatch):
+    """With lanes, batches of 2 and a max wait: a lone request's batch is urgent lane 0's, which
+    must wake at its deadline even though no urgent work is queued."""
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
+    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
+    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: True)
+    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: True)
+    v = FakeVoice(concurrent_runs=True)
+    text = ". ".join("z" * 200 for _ in range(3)) + "."  # not urgent: 600 to its end
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=50, max_batch_phonemes=10_000),
+                          lane_batch_size=2)
+    with Engine([v], config) as eng:
+        out = asyncio.run(asyncio.wait_for(_gather(AsyncEngine(eng), "fake", [text]), 5))  # (hung before)
+    np.testing.assert_array_equal(out[0], v.expected(text))
