@@ -373,6 +373,9 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
     while v.held < 2 and time.time() < deadline:
         time.sleep(0.005)
     assert eng._workers["cpu"]._team[:2] == [1, 1]
+    cpu = time.process_time()
+    time.sleep(0.5)  # a long request waits, due, that the idle urgent lanes may not take
+    assert time.process_time() - cpu < 0.2  # they sleep: no lane spins on work it cannot take
     eng.submit("fake", "a short one.", None, Sink(), streaming=True)
     served = done.wait(5 if urgent_lanes else 0.3)
     v.release.set()

@@ -207,8 +207,11 @@ class _Worker:
                         batch = self.scheduler.schedule(now, max_items=self._max_items, urgent=urgent)
                         if batch is None and urgent and lane == self.lanes and self._lone():
                             batch = self.scheduler.schedule(now, max_items=self._max_items)
-                    if batch is None:  # (urgent lane 0 also waits for a lone batch of the other class)
-                        wake = self.scheduler.next_deadline(now, self._max_items, None if lane == self.lanes else urgent)
+                    if batch is None:
+                        # urgent lane 0 also waits for a lone batch of the other class (only
+                        # then: other work that it may not take would make it spin)
+                        lone = urgent and lane == self.lanes and self._lone()
+                        wake = self.scheduler.next_deadline(now, self._max_items, None if lone else urgent)
                         self.cond.wait(wake if may else None)
                 team = self._claim(lane, batch, now)
             if team:
