@@ -444,10 +444,6 @@ class Scheduler:
             self._rescued.add((voice, urgent))
         else:
             self._rescued.discard((voice, urgent))
-        return self._take(voice, chosen, now)
-
-    def _take(self, voice: Hashable, chosen: list[Item], now: float) -> Batch:
-        """Dequeue the chosen items (each its request's next, in service order) as a batch."""
         early = []
         several = {rid for rid, n in Counter(it.request_id for it in chosen).items() if n > 1}
         for k, it in enumerate(chosen):
@@ -461,7 +457,7 @@ class Scheduler:
             r.last_service = now
             r.running += 1
         self.queued -= len(chosen)
-        self.queued_cost -= batch_cost(chosen)
+        self.queued_cost -= cost
         return Batch(voice, chosen, tuple(early))
 
     def complete(self, batch: Batch, seconds: float | None = None) -> None:
