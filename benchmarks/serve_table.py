@@ -21,7 +21,10 @@ def main(out: Path, rounds: int, arms: list[str]) -> None:
         return json.loads((out / f"{name}.json").read_text())
 
     def cell(arm: str, r: int, figure) -> str:
-        a, b, unit, fmt = figure(lambda who, load_: load(f"r{r}_{who}_{load_}"), arm)
+        try:
+            a, b, unit, fmt = figure(lambda who, load_: load(f"r{r}_{who}_{load_}"), arm)
+        except (OSError, KeyError):  # a run that failed or was cut: runs.txt says which
+            return "-"
         return f"{a:{fmt}} / {b:{fmt}}{unit} = {a / b:.2f}x"
 
     def thr(c):
@@ -56,8 +59,12 @@ def main(out: Path, rounds: int, arms: list[str]) -> None:
         # CPU time per audio second at 8 clients: the cost of the work, whatever the schedule
         cells = []
         for r in range(1, rounds + 1):
-            v, p = (int(ticks[f"r{r}_{who}_c8"]) / os.sysconf("SC_CLK_TCK") / load(f"r{r}_{who}_c8")["all"]["audio_s"]
-                    for who in (arm, "piper"))
+            try:
+                v, p = (int(ticks[f"r{r}_{who}_c8"]) / os.sysconf("SC_CLK_TCK") / load(f"r{r}_{who}_c8")["all"]["audio_s"]
+                        for who in (arm, "piper"))
+            except (OSError, KeyError):
+                cells.append("-")
+                continue
             cells.append(f"{v:.3f} / {p:.3f} = {v / p:.2f}x")
         print(f"| {arm} | 8 clients, short+medium | CPU s per audio s | " + " | ".join(cells) + " |")
 

