@@ -446,10 +446,10 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     for rid in ("long", "stream", "short"):
         s.input_done(rid)
     assert s.next_deadline(0.0, max_items=1, urgent=True) == 0.0
+    b2 = s.schedule(0.0, max_items=1, urgent=True)  # urgent ones in arrival order (urgent_fifo)
+    assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
     b = s.schedule(0.0, max_items=1, urgent=True)
     assert [(it.request_id, it.index) for it in b.items] == [("short", 0)]
-    b2 = s.schedule(0.0, max_items=1, urgent=True)
-    assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
     assert s.schedule(0.0, max_items=1, urgent=True) is None  # stream's rest: 300 (in flight); long: 200
     assert s.next_deadline(0.0, max_items=1, urgent=True) is None
     b3 = s.schedule(0.0, max_items=1, urgent=False)
@@ -464,6 +464,27 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     b6 = s.schedule(0.0, max_items=1)  # no class: anything
     assert [(it.request_id, it.index) for it in b6.items] == [("stream", 1)]
     assert s.queued == 1 and s.queued_cost == 150
+
+
+@pytest.mark.parametrize("fifo", [True, False])
+def test_urgent_requests_go_in_arrival_order(fifo):
+    """Urgent requests go first come, first served (urgent_fifo, the default), so a slightly
+    longer one is not held back by shorter newcomers; least work first without it. The other
+    class keeps least work first either way."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0, urgent_max_cost=160, urgent_fifo=fifo))
+    for rid, cost in (("a", 150), ("b", 30), ("big", 200), ("c", 100), ("bigger", 300), ("d", 10)):
+        add(s, rid, 1, cost=cost)
+        s.input_done(rid)
+
+    def order(urgent):
+        out = []
+        while (b := s.schedule(0.0, max_items=1, urgent=urgent)) is not None:
+            out.append(b.items[0].request_id)
+            s.complete(b)
+        return out
+
+    assert order(True) == (["a", "b", "c", "d"] if fifo else ["d", "b", "c", "a"])
+    assert order(False) == ["big", "bigger"]
 
 
 def test_rescues_take_turns_within_a_class():
