@@ -127,8 +127,8 @@ class SchedulerConfig:
     """Urgent requests (see "Urgent work") go in arrival order, not least work first: all of
     them wait for little (at most `urgent_max_cost`), so shortest-first gains little on the mean
     while a slightly longer one waits behind every newcomer. Measured in-process at 8 clients on
-    a 2-core CPU (4 pairs of runs): the worst short request 1.7-2.1 s against 2.1-3.6 s, short p95
-    1.39-1.69 s against 1.42-2.23 s."""
+    a 2-core CPU (6 pairs of runs): the worst short request 1.7-2.2 s against 2.1-3.6 s, short p95
+    1.39-1.70 s against 1.42-2.23 s."""
     aging_per_s: float = 0.0
     """With `shortest_first`: cost units a request's priority gains per second its next sentence
     waits (0 = shortest work first, bounded by `max_starve_ms`). Measured at 8 clients on a
