@@ -446,10 +446,10 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     for rid in ("long", "stream", "short"):
         s.input_done(rid)
     assert s.next_deadline(0.0, max_items=1, urgent=True) == 0.0
-    b2 = s.schedule(0.0, max_items=1, urgent=True)  # urgent ones in arrival order (urgent_fifo)
-    assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
-    b = s.schedule(0.0, max_items=1, urgent=True)
+    b = s.schedule(0.0, max_items=1, urgent=True)  # what ends a request first (urgent_order)
     assert [(it.request_id, it.index) for it in b.items] == [("short", 0)]
+    b2 = s.schedule(0.0, max_items=1, urgent=True)
+    assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
     assert s.schedule(0.0, max_items=1, urgent=True) is None  # stream's rest: 300 (in flight); long: 200
     assert s.next_deadline(0.0, max_items=1, urgent=True) is None
     b3 = s.schedule(0.0, max_items=1, urgent=False)
@@ -466,25 +466,38 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     assert s.queued == 1 and s.queued_cost == 150
 
 
-@pytest.mark.parametrize("fifo", [True, False])
-def test_urgent_requests_go_in_arrival_order(fifo):
-    """Urgent requests go first come, first served (urgent_fifo, the default), so a slightly
-    longer one is not held back by shorter newcomers; least work first without it. The other
-    class keeps least work first either way."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=0, urgent_max_cost=160, urgent_fifo=fifo))
-    for rid, cost in (("a", 150), ("b", 30), ("big", 200), ("c", 100), ("bigger", 300), ("d", 10)):
-        add(s, rid, 1, cost=cost)
+@pytest.mark.parametrize("order", ["finish_first", "arrival", "least_work"])
+def test_urgent_order(order):
+    """Urgent requests go first come, first served (a slightly longer one is not held back by
+    shorter newcomers), those that the urgent work finishes before streams' first sentences of
+    longer requests (finish_first, the default); arrival: first come, first served only;
+    least_work: least work first. The other class keeps least work first whatever the order."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0, urgent_max_cost=160, urgent_order=order))
+    for rid, cost, n, streaming in (("a", 150, 1, False), ("s1", 120, 3, True), ("b", 30, 1, True),
+                                    ("big", 200, 1, False), ("c", 100, 1, False), ("s2", 5, 2, True),
+                                    ("bigger", 300, 1, False), ("d", 10, 1, False)):
+        add(s, rid, n, cost=cost, streaming=streaming)
         s.input_done(rid)
 
-    def order(urgent):
+    def order_of(urgent):
         out = []
         while (b := s.schedule(0.0, max_items=1, urgent=urgent)) is not None:
             out.append(b.items[0].request_id)
             s.complete(b)
         return out
 
-    assert order(True) == (["a", "b", "c", "d"] if fifo else ["d", "b", "c", "a"])
-    assert order(False) == ["big", "bigger"]
+    # s1 (3 x 120) and s2 (2 x 5) are streams: s1's first sentence is urgent but does not end
+    # it (its rest is not urgent); s2's whole stream is urgent work, so it keeps its place
+    expect = {"finish_first": ["a", "b", "c", "s2", "s2", "d", "s1"],
+              "arrival": ["a", "s1", "b", "c", "s2", "s2", "d"],
+              "least_work": ["s2", "s2", "d", "b", "c", "s1", "a"]}[order]
+    assert order_of(True) == expect
+    assert order_of(False) == ["big", "s1", "bigger"]
+
+
+def test_urgent_order_is_validated():
+    with pytest.raises(ValueError, match="urgent_order must be one of"):
+        SchedulerConfig(urgent_order="fifo").validate()
 
 
 def test_rescues_take_turns_within_a_class():

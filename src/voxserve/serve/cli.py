@@ -60,11 +60,13 @@ class ServeSettings:
     """With several lanes: requests whose client waits for at most this many phoneme ids run on
     urgent lanes, at a higher OS priority than the rest (0: no urgent lanes)."""
     lane_nice: int = _ENG.lane_nice
+    urgent_order: str = _SCHED.urgent_order
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
                                max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
                                aging_per_s=self.aging_per_s, urgent_max_cost=max(1, self.urgent_max_cost),
+                               urgent_order=self.urgent_order,
                                max_queued_sentences=self.max_queue).validate()
 
     def engine_config(self) -> EngineConfig:
@@ -100,6 +102,8 @@ _HELP = {
                        "(a short one, a stream's first sentence) runs on urgent lanes, at a higher OS "
                        "priority than the rest (0: no urgent lanes)",
     "lane_nice": "with urgent lanes: how much lower the other lanes' OS priority is (nice)",
+    "urgent_order": "order of urgent work: finish_first (requests it ends, then streams' first sentences), "
+                    "arrival or least_work",
 }
 
 
