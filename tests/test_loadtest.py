@@ -65,6 +65,8 @@ def test_request_mix_does_not_depend_on_timing(corpus20, monkeypatch):
                                 categories=("short", "medium")))
         assert s["all"]["ok"] == 40 and len(s["requests"]) == 40
         assert Counter(seen[-1]) == {f"t{k}": 2 for k in range(20)}
+        starts = [r["start_s"] for r in s["requests"]]  # when each was sent, within the run
+        assert all(0.0 <= t <= s["wall_s"] for t in starts) and max(starts) > 0.0
     # the first requests are a spread of the corpus, not its first rows
     first = [loadtest.request_order(20)[n] for n in range(10)]
     assert sorted(first) != list(range(10))

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import wave
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -77,6 +77,9 @@ class Result:
     ttfa_s: float | None
     audio_s: float
     error: str = ""
+    start_s: float = 0.0
+    """When it was sent, in seconds after the timed run's start (the load over time: the start
+    burst, the drain at the end)."""
 
 
 def request_order(n_rows: int, seed: int = 0) -> list[int]:
@@ -211,7 +214,8 @@ def run_load(cfg: LoadConfig) -> dict:
                 if n >= cfg.requests or time.perf_counter() >= deadline:
                     break
                 counter["next"] += 1
-            r = one_request(cfg, conn, rows[order[n % len(rows)]])
+            sent = time.perf_counter() - t_start
+            r = replace(one_request(cfg, conn, rows[order[n % len(rows)]]), start_s=sent)
             with lock:
                 results.append(r)
         if conn[0] is not None:

@@ -40,6 +40,11 @@ def test_engine_settings_and_urgent_lanes_switch():
     assert (c.urgent_lanes, c.scheduler.urgent_max_cost) == (True, 90)
     with pytest.raises(ValueError, match="lane_nice"):
         settings_from(parse("--lane-nice", "25"), environ={}).engine_config()
+    c = settings_from(parse("--urgent-order", "arrival"), environ={"VOXSERVE_URGENT_ORDER": "least_work"}).engine_config()
+    assert c.scheduler.urgent_order == "arrival"
+    assert settings_from(parse(), environ={"VOXSERVE_URGENT_ORDER": "least_work"}).scheduler_config().urgent_order == "least_work"
+    with pytest.raises(ValueError, match="urgent_order must be one of finish_first, arrival, least_work"):
+        settings_from(parse("--urgent-order", "fifo"), environ={}).engine_config()
 
 
 def test_bad_values_are_clear_errors():
