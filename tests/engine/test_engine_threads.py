@@ -252,9 +252,9 @@ def test_step_by_hand_without_threads():
 
 @pytest.mark.parametrize("urgent_lanes", [False, True])
 def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urgent_lanes):
-    """Two lanes (as on a 2-core CPU), and two urgent ones: batches overlap in time, but never
-    two batches of one request (its audio stays in order), and every request gets exactly its
-    own audio."""
+    """Two lanes (as on a 2-core CPU), and two urgent ones: batches overlap in time, but without
+    spill never two batches of one request (its audio stays in order), and every request gets
+    exactly its own audio."""
     from voxserve.engine import engine as engine_mod
 
     monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
@@ -264,7 +264,7 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urg
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ts = texts(16)
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=4, max_batch_phonemes=10_000),
-                          frontend_lookahead=4, lane_batch_size=2, urgent_lanes=urgent_lanes)
+                          frontend_lookahead=4, lane_batch_size=2, urgent_lanes=urgent_lanes, spill=False)
     with Engine([v], config) as eng:
         assert eng.lanes == {"cpu": 2}
         outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
@@ -283,6 +283,50 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urg
                 assert not {request_of(x) for x in p} & {request_of(x) for x in q}
 
 
+@pytest.mark.parametrize("urgent_lanes", [False, True])
+def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_order(monkeypatch, urgent_lanes):
+    """Spill: a lone request's sentences after its first run two at a time, one thread each
+    (its stream's first sentence alone on both threads, for first audio); a later sentence
+    that finishes first waits, and the chunks (cut pieces included) come in order."""
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
+    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
+    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: None)
+    teams = {}
+    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.__setitem__(threading.get_ident(), n) or True)
+    v = FakeVoice(concurrent_runs=True)
+    run = v.run_pieces
+    ran = []  # (payload, team, start, end) per batch
+
+    def slow_run(units, **kw):
+        p, t0 = units[0].payload, time.monotonic()
+        time.sleep(0.15 if p == "second sentence" else 0.02)  # the third overtakes the second
+        out = run(units, **kw)
+        ran.append((p, teams.get(threading.get_ident()), t0, time.monotonic()))
+        return out
+
+    monkeypatch.setattr(v, "run_pieces", slow_run)
+    text = ("a first sentence long enough for a head cut of its own. second sentence. third. "
+            "a fourth sentence that costs more than the batch limit allows. fifth. sixth.")
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_phonemes=40), urgent_lanes=urgent_lanes)
+
+    async def go():
+        return await AsyncEngine(eng).submit("fake", text).collect()
+
+    with Engine([v], config) as eng:
+        chunks = asyncio.run(go())
+    idx = [c.index for c in chunks]
+    assert idx == sorted(idx) and sorted(set(idx)) == list(range(6))
+    assert [c.index for c in chunks if c.partial] == [0, 3]  # the head cut and the cost cut
+    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), v.expected(text))
+    span = {p if isinstance(p, str) else p[:2]: (team, t0, t1) for p, team, t0, t1 in ran}
+    first = "a first sentence long enough for a head cut of its own"
+    assert span[first][0] == 2  # first audio alone, on both threads
+    assert span["second sentence"][0] == span["third"][0] == 1  # then two at a time, one thread each
+    assert span["third"][1] < span["second sentence"][2] and span["third"][2] < span["second sentence"][2]
+
+
 def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_lane(monkeypatch):
     from voxserve.engine import engine as engine_mod
 
@@ -296,12 +340,17 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
     ran_on = set()
     run = v.run_pieces
     monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.add(threading.current_thread().name) or run(*a, **k))
-    with Engine([v], cfg()) as eng:  # one request at a time: nothing else waits
+    no_spill = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0), frontend_lookahead=4, spill=False)
+    with Engine([v], no_spill) as eng:  # one request at a time: nothing else waits
         for t in texts(3):
             asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
     assert teams and set(teams) == {2} and v.max_concurrent == 1
+    with Engine([v], cfg()) as eng:  # with spill (the default) too, for one-sentence requests
+        for t in ("one sentence.", "another one."):
+            asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
+    assert set(teams) == {2} and v.max_concurrent == 1
     # on urgent lane 0, at the process's priority (a reniced team would crawl beside urgent work)
-    assert ran_on == {"voxserve-worker-cpu-urgent-0"} and len(reniced) == 2 and not ran_on & set(reniced)
+    assert ran_on == {"voxserve-worker-cpu-urgent-0"} and len(reniced) == 4 and not ran_on & set(reniced)
     assert Engine([FakeVoice()], cfg()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
     assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(lanes=1)).lanes == {"cpu": 1}
     with pytest.raises(ValueError, match="lanes"):

@@ -514,3 +514,28 @@ def test_rescues_take_turns_within_a_class():
     assert [it.request_id for it in b.items] == ["old_long"]  # waited 5 s > max_starve_ms
     b = s.schedule(5.0, max_items=1, urgent=True)
     assert [it.request_id for it in b.items] == ["old"]  # its class's rescue, not "new" (30)
+
+
+def test_spill_takes_a_second_sentence_of_a_request_in_flight():
+    """Only with spill=True, a request with one batch in flight gives a second: never a third,
+    never the rest of a cut sentence (that waits for the request's batch in flight)."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0))
+    add(s, "a", 4, cost=50, streaming=True)
+    b1 = s.schedule(0.0, max_items=1)
+    assert [(it.request_id, it.index) for it in b1.items] == [("a", 0)]
+    assert s.schedule(0.0, max_items=1) is None and s.next_deadline(0.0, max_items=1) is None
+    assert s.next_deadline(0.0, max_items=1, spill=True) == 0.0
+    b2 = s.schedule(0.0, max_items=1, spill=True)
+    assert [(it.request_id, it.index) for it in b2.items] == [("a", 1)]
+    assert s.schedule(0.0, max_items=1, spill=True) is None  # two in flight at most
+    s.complete(b1)
+    s.requeue("a", 0, 20, ("a", "rest"), 0.0)  # a's first sentence was cut: its rest is next
+    assert s.schedule(0.0, max_items=1, spill=True) is None  # a rest does not spill
+    s.complete(b2)
+    b3 = s.schedule(0.0, max_items=1)
+    assert b3.items[0].continues and b3.items[0].index == 0
+    b4 = s.schedule(0.0, max_items=1, spill=True)  # a whole sentence may run beside a rest
+    assert [(it.request_id, it.index) for it in b4.items] == [("a", 2)]
+    assert s.schedule(0.0, max_items=1, spill=True) is None  # two in flight again
+    s.complete(b3)
+    assert [(it.request_id, it.index) for it in s.schedule(0.0, max_items=1, spill=True).items] == [("a", 3)]

@@ -45,6 +45,13 @@ def test_engine_settings_and_urgent_lanes_switch():
     assert settings_from(parse(), environ={"VOXSERVE_URGENT_ORDER": "least_work"}).scheduler_config().urgent_order == "least_work"
     with pytest.raises(ValueError, match="urgent_order must be one of finish_first, arrival, least_work"):
         settings_from(parse("--urgent-order", "fifo"), environ={}).engine_config()
+    assert settings_from(parse(), environ={}).engine_config().spill is True
+    assert settings_from(parse("--spill", "false"), environ={"VOXSERVE_SPILL": "on"}).engine_config().spill is False
+    assert settings_from(parse(), environ={"VOXSERVE_SPILL": "0"}).engine_config().spill is False
+    with pytest.raises(ValueError, match="VOXSERVE_SPILL"):
+        settings_from(parse(), environ={"VOXSERVE_SPILL": "sometimes"})
+    with pytest.raises(SystemExit):
+        parse("--spill", "sometimes")
 
 
 def test_bad_values_are_clear_errors():

@@ -65,10 +65,17 @@ needs one batch, not two), and an item over 1.25 x max_batch_phonemes runs alone
 
 In flight
 ---------
-A request has at most one batch in flight: its items are not scheduled (nor counted as due)
+A request has at most one batch in flight (but see "Spill"): its items are not scheduled (nor counted as due)
 while a batch holding one of them runs. With one worker thread this never binds (a batch is
 completed before the next is scheduled); with several (the engine's CPU lanes) it keeps a
 request's audio in order and puts a cut sentence's rest back before its successors can run.
+
+Spill
+-----
+`schedule(..., spill=True)` also takes a second item of a request with one batch in flight:
+a whole sentence after its first (not a stream's first audio, not the rest of a cut sentence).
+The engine asks for it only when a CPU lane and a core would otherwise idle (a lone request's
+sentences, the end of a load), and puts the audio back in order before delivery.
 
 Urgent work
 -----------
@@ -336,14 +343,21 @@ class Scheduler:
     def _in_class(self, r: _Request, urgent: bool | None) -> bool:
         return urgent is None or (self._left(r) <= self.config.urgent_max_cost) == urgent
 
-    def _schedulable(self, voice: Hashable, urgent: bool | None) -> list[_Request]:
-        """A voice's requests with queued items and no batch in flight, of the class asked."""
-        return [r for r in self._requests.values()
-                if r.voice == voice and r.queue and not r.running and self._in_class(r, urgent)]
+    def _spillable(self, r: _Request) -> bool:
+        """A second item of a request with one in flight may run (see "Spill"): a whole
+        sentence after the first (not a stream's first audio, not the rest of a cut one)."""
+        return r.running == 1 and not r.queue[0].continues and not self._first(r)
 
-    def _order(self, voice: Hashable, now: float, urgent: bool | None = None) -> list[_Request]:
+    def _schedulable(self, voice: Hashable, urgent: bool | None, spill: bool = False) -> list[_Request]:
+        """A voice's requests with queued items and no batch in flight (with `spill`, or one
+        that may take a second), of the class asked."""
+        return [r for r in self._requests.values()
+                if r.voice == voice and r.queue and (not r.running or (spill and self._spillable(r)))
+                and self._in_class(r, urgent)]
+
+    def _order(self, voice: Hashable, now: float, urgent: bool | None = None, spill: bool = False) -> list[_Request]:
         """Requests of a voice (and class) with queued items, in service order."""
-        rs = self._schedulable(voice, urgent)
+        rs = self._schedulable(voice, urgent, spill)
         starving = {r.id for r in rs if self._starving(r, now)}
         if (voice, urgent) in self._rescued and len(starving) < len(rs):
             starving = set()  # the last batch was a rescue: the others' turn (module doc)
@@ -364,10 +378,10 @@ class Scheduler:
         rs.sort(key=key)
         return rs
 
-    def _candidates(self, voice: Hashable, now: float, urgent: bool | None) -> Iterable[Item]:
+    def _candidates(self, voice: Hashable, now: float, urgent: bool | None, spill: bool = False) -> Iterable[Item]:
         """Items of a voice in service order: round 0 takes each request's next item, round 1
         the one after, ... (a request's items stay in order)."""
-        rs = self._order(voice, now, urgent)
+        rs = self._order(voice, now, urgent, spill)
         depth = 0
         while rs:
             nxt = []
@@ -378,12 +392,14 @@ class Scheduler:
             rs = nxt
             depth += 1
 
-    def next_deadline(self, now: float, max_items: int | None = None, urgent: bool | None = None) -> float | None:
+    def next_deadline(self, now: float, max_items: int | None = None, urgent: bool | None = None,
+                      spill: bool = False) -> float | None:
         """Seconds until a batch is due (0 = now), or None if nothing is queued (that may be
-        scheduled: requests with a batch in flight wait). max_items, urgent: as for `schedule`."""
+        scheduled: requests with a batch in flight wait). max_items, urgent, spill: as for
+        `schedule`."""
         best = None
         for voice in self._voice_turn:
-            d = self._due_in(voice, now, max_items, urgent)
+            d = self._due_in(voice, now, max_items, urgent, spill)
             if d is not None and (best is None or d < best):
                 best = d
         return best
@@ -392,12 +408,12 @@ class Scheduler:
         return self.config.max_batch_size if max_items is None else min(max_items, self.config.max_batch_size)
 
     def _due_in(self, voice: Hashable, now: float, max_items: int | None = None,
-                urgent: bool | None = None) -> float | None:
+                urgent: bool | None = None, spill: bool = False) -> float | None:
         c = self.config
         full = self._batch_size(max_items)
         count = cost = 0
         oldest = None
-        for r in self._schedulable(voice, urgent):
+        for r in self._schedulable(voice, urgent, spill):
             count += len(r.queue)
             if cost < c.max_batch_phonemes:
                 cost += sum(it.cost for it in r.queue)
@@ -417,14 +433,15 @@ class Scheduler:
         return self._voice_time.get(voice, 0.0)
 
     def schedule(self, now: float, force: bool = False, max_items: int | None = None,
-                 urgent: bool | None = None) -> Batch | None:
+                 urgent: bool | None = None, spill: bool = False) -> Batch | None:
         """The next batch to run, or None if none is due yet (see `next_deadline`).
         force=True starts a batch now even if it is not full (e.g. at shutdown).
         max_items: a smaller batch size for this batch (the engine's CPU lanes: 1).
-        urgent: True / False = of urgent / other requests only (see "Urgent work")."""
+        urgent: True / False = of urgent / other requests only (see "Urgent work").
+        spill: requests with a batch in flight may give a second one (see "Spill")."""
         best = None  # least device time used first; among equals, the least recently served
         for voice in self._voice_turn:
-            due = self._due_in(voice, now, max_items, urgent)
+            due = self._due_in(voice, now, max_items, urgent, spill)
             if due is None or (due > 0 and not force):
                 continue
             key = (self._voice_time.get(voice, 0.0), self._voice_served.get(voice, -1))
@@ -434,10 +451,11 @@ class Scheduler:
             return None
         voice = best[1]
         self._voice_served[voice] = next(self._batches)
-        batch = self._build(voice, now, max_items, urgent)
+        batch = self._build(voice, now, max_items, urgent, spill)
         return batch if batch.items else None
 
-    def _build(self, voice: Hashable, now: float, max_items: int | None, urgent: bool | None) -> Batch:
+    def _build(self, voice: Hashable, now: float, max_items: int | None, urgent: bool | None,
+               spill: bool = False) -> Batch:
         c = self.config
         size = self._batch_size(max_items)
         # a stream's first item takes no successor of its request into the batch unless it is
@@ -447,7 +465,7 @@ class Scheduler:
         cost = 0
         lo = hi = 0
         blocked: set = set()  # requests with a skipped item: their later items must wait too
-        for it in self._candidates(voice, now, urgent):
+        for it in self._candidates(voice, now, urgent, spill):
             if len(chosen) >= size:
                 break
             if it.request_id in blocked:

@@ -61,6 +61,8 @@ class ServeSettings:
     urgent lanes, at a higher OS priority than the rest (0: no urgent lanes)."""
     lane_nice: int = _ENG.lane_nice
     urgent_order: str = _SCHED.urgent_order
+    spill: bool = _ENG.spill
+    """With several lanes: a lone request's sentences after its first run two at a time."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
@@ -71,7 +73,8 @@ class ServeSettings:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes, lane_batch_size=self.lane_batch_size,
-                            urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice).validate()
+                            urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice,
+                            spill=self.spill).validate()
 
     def app_config(self) -> AppConfig:
         return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
@@ -102,6 +105,8 @@ _HELP = {
                        "(a short one, a stream's first sentence) runs on urgent lanes, at a higher OS "
                        "priority than the rest (0: no urgent lanes)",
     "lane_nice": "with urgent lanes: how much lower the other lanes' OS priority is (nice)",
+    "spill": "with several lanes: an idle lane takes the next sentence of a request already running "
+             "(a lone request's sentences two at a time, one thread each): true or false",
     "urgent_order": "order of urgent work: finish_first (requests it ends, then streams' first sentences), "
                     "arrival or least_work",
 }
@@ -111,12 +116,22 @@ def _env_name(field: str) -> str:
     return "VOXSERVE_" + field.upper()
 
 
-# settings that are numbers (the others are strings, and `voices` a list); flags and
+def boolean(raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {raw!r} (true or false)")
+
+
+# settings that are numbers or booleans (the others are strings, and `voices` a list); flags and
 # environment variables both convert through this
 _TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
           "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
           "urgent_max_cost": int, "lane_nice": int,
-          "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float}
+          "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float,
+          "spill": boolean}
 
 
 def _convert(f, raw: str):
