@@ -332,21 +332,26 @@ class Scheduler:
         once its front end is done; inf before). Ordering by it, a short request's last
         sentence competes with new requests' first sentences instead of waiting behind all of
         them: under steady load there always is a new one."""
-        if self._first(r):
-            return r.queue[0].cost
+        return r.queue[0].cost if self._first(r) else self._queued_work(r)
+
+    @staticmethod
+    def _queued_work(r: _Request) -> float:
+        """All the request has left (known once its front end is done; inf before)."""
         return sum(it.cost for it in r.queue) if r.input_done else float("inf")
 
     def _ends(self, r: _Request) -> bool:
         """The request's queued work is all it has left, within `urgent_max_cost`."""
-        return r.input_done and sum(it.cost for it in r.queue) <= self.config.urgent_max_cost
+        return self._queued_work(r) <= self.config.urgent_max_cost
 
     def _in_class(self, r: _Request, urgent: bool | None) -> bool:
         return urgent is None or (self._left(r) <= self.config.urgent_max_cost) == urgent
 
-    def _spillable(self, r: _Request) -> bool:
+    @staticmethod
+    def _spillable(r: _Request) -> bool:
         """A second item of a request with one in flight may run (see "Spill"): a whole
-        sentence after the first (not a stream's first audio, not the rest of a cut one)."""
-        return r.running == 1 and not r.queue[0].continues and not self._first(r)
+        sentence, not the rest of a cut one (a stream's first sentence never qualifies: nothing
+        of its request is in flight before it)."""
+        return r.running == 1 and not r.queue[0].continues
 
     def _schedulable(self, voice: Hashable, urgent: bool | None, spill: bool = False) -> list[_Request]:
         """A voice's requests with queued items and no batch in flight (with `spill`, or one
