@@ -564,7 +564,10 @@ class Engine:
             k = r.order[0]
             whole = False
             for a, t, p in r.held.pop(k):  # a cut sentence's pieces, in the order they ran
-                r.sink.on_audio(k, a, t, partial=p)
+                if p:
+                    r.sink.on_audio(k, a, t, partial=True)
+                else:  # as before pieces existed: sinks written then take (index, samples, text)
+                    r.sink.on_audio(k, a, t)
                 whole = not p
             if not whole:
                 return  # the rest of sentence k is still to come
