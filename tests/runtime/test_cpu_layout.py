@@ -1,4 +1,4 @@
-"""The channels-last CPU transform computes the same function as the plain model."""
+"""The CPU layout transforms (channels-last, GEMM convolutions) compute the same function as the plain model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import numpy as np
 import torch
 
 import voxserve
-from voxserve.runtime.layout import ChannelsLastConv1d, convert_convs_channels_last
+from voxserve.runtime.layout import (
+    ChannelsLastConv1d,
+    GemmConv1d,
+    convert_convs_channels_last,
+    convert_convs_gemm,
+)
 
 
 def test_conv_wrappers_match():
@@ -46,3 +51,40 @@ def test_convert_counts_modules():
     m = torch.nn.Sequential(torch.nn.Conv1d(2, 2, 3), torch.nn.Sequential(torch.nn.ConvTranspose1d(2, 2, 4, 2)))
     m2 = copy.deepcopy(m)
     assert convert_convs_channels_last(m2) == 2
+
+
+def test_gemm_conv_matches_conv1d_in_every_layout():
+    torch.manual_seed(0)
+    for conv in (torch.nn.Conv1d(8, 6, 5, dilation=2, padding=4), torch.nn.Conv1d(8, 12, 1),
+                 torch.nn.Conv1d(8, 8, 3, padding=1, bias=False)):
+        x = torch.randn(3, 8, 37)  # a batch of 3, contiguous [B, C, T]
+        want = conv(x)
+        for src in (conv, ChannelsLastConv1d(conv)):
+            g = GemmConv1d(src)
+            for inp in (x, x.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)):
+                got = g(inp)
+                assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+                assert got.transpose(1, 2).is_contiguous()  # channels-last out, as the next op expects
+
+
+def test_convert_gemm_skips_what_it_cannot_run():
+    m = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.Conv1d(4, 4, 3, stride=2),
+                            torch.nn.Conv1d(4, 4, 3, groups=2), torch.nn.ConvTranspose1d(4, 4, 4, 2),
+                            ChannelsLastConv1d(torch.nn.Conv1d(4, 4, 5, padding=2)),
+                            ChannelsLastConv1d(torch.nn.ConvTranspose1d(4, 4, 4, 2)))
+    assert convert_convs_gemm(m) == 2
+    assert [type(c).__name__ for c in m] == ["GemmConv1d", "Conv1d", "Conv1d", "ConvTranspose1d",
+                                            "GemmConv1d", "ChannelsLastConv1d"]
+
+
+def test_flow_gemm_voice_matches_plain(tiny_voice_path):
+    fast = voxserve.load_voice(str(tiny_voice_path), device="cpu")
+    plain = voxserve.load_voice(str(tiny_voice_path), device="cpu",
+                                runtime=voxserve.RuntimeOptions(cpu_flow_gemm=False))
+    assert any(isinstance(m, GemmConv1d) for m in fast.runner.model.flow.modules())
+    assert not any(isinstance(m, GemmConv1d) for m in fast.runner.model.dec.modules())
+    assert not any(isinstance(m, GemmConv1d) for m in plain.runner.model.modules())
+    ids = [[1, 0] + list(range(3, 40)) + [2], [1, 0, 5, 0, 7, 0, 2]]
+    o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
+    for x, y in zip(fast.synthesize_ids(ids, o), plain.synthesize_ids(ids, o)):
+        assert len(x) == len(y) and np.abs(x - y).max() <= 1e-4

@@ -12,7 +12,7 @@ from ..errors import VoiceLoadError
 from ..models.vits import VitsModel, attention_modules
 from ..runtime.cpu import tune_malloc
 from ..runtime.device import resolve_device, resolve_dtype
-from ..runtime.layout import convert_convs_channels_last
+from ..runtime.layout import convert_convs_channels_last, convert_convs_gemm
 from ..runtime.options import RuntimeOptions
 from ..runtime.precision import PrecisionPolicy, apply_precision
 from ..runtime.transforms import fold_resblock_average
@@ -78,6 +78,8 @@ def load_piper_voice(
         if runtime.cpu_channels_last:
             convert_convs_channels_last(model.flow)
             convert_convs_channels_last(model.dec)
+        if runtime.cpu_flow_gemm:
+            convert_convs_gemm(model.flow)
     if dev.type == "cuda" and runtime.memory_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(runtime.memory_fraction, dev)
     model = apply_precision(model.to(dev), PrecisionPolicy.default(dt))
