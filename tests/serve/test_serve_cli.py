@@ -48,6 +48,12 @@ def test_engine_settings_and_urgent_lanes_switch():
     assert settings_from(parse(), environ={}).engine_config().spill is True
     assert settings_from(parse("--spill", "false"), environ={"VOXSERVE_SPILL": "on"}).engine_config().spill is False
     assert settings_from(parse(), environ={"VOXSERVE_SPILL": "0"}).engine_config().spill is False
+    assert settings_from(parse(), environ={}).engine_config().lone_team_max_cost == EngineConfig().lone_team_max_cost
+    c = settings_from(parse("--lone-team-max-cost", "0"), environ={"VOXSERVE_LONE_TEAM_MAX_COST": "50"}).engine_config()
+    assert c.lone_team_max_cost == 0
+    assert settings_from(parse(), environ={"VOXSERVE_LONE_TEAM_MAX_COST": "50"}).engine_config().lone_team_max_cost == 50
+    with pytest.raises(ValueError, match="lone_team_max_cost"):
+        settings_from(parse("--lone-team-max-cost", "-5"), environ={}).engine_config()
     with pytest.raises(ValueError, match="VOXSERVE_SPILL"):
         settings_from(parse(), environ={"VOXSERVE_SPILL": "sometimes"})
     with pytest.raises(SystemExit):

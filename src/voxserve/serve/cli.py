@@ -63,6 +63,8 @@ class ServeSettings:
     urgent_order: str = _SCHED.urgent_order
     spill: bool = _ENG.spill
     """With several lanes: a lone request's sentences after its first run two at a time."""
+    lone_team_max_cost: int = _ENG.lone_team_max_cost
+    """With several lanes: the largest lone batch (phoneme ids) that runs on every thread."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
@@ -74,7 +76,7 @@ class ServeSettings:
     def engine_config(self) -> EngineConfig:
         return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes, lane_batch_size=self.lane_batch_size,
                             urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice,
-                            spill=self.spill).validate()
+                            spill=self.spill, lone_team_max_cost=self.lone_team_max_cost).validate()
 
     def app_config(self) -> AppConfig:
         return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
@@ -107,6 +109,8 @@ _HELP = {
     "lane_nice": "with urgent lanes: how much lower the other lanes' OS priority is (nice)",
     "spill": "with several lanes: an idle lane takes the next sentence of a request already running "
              "(a lone request's sentences two at a time, one thread each): true or false",
+    "lone_team_max_cost": "with several lanes: a lone batch runs on every thread only up to this many phoneme "
+                          "ids, so that requests arriving during it find a free core (0: any size)",
     "urgent_order": "order of urgent work: finish_first (requests it ends, then streams' first sentences), "
                     "arrival or least_work",
 }
@@ -129,7 +133,7 @@ def boolean(raw: str) -> bool:
 # environment variables both convert through this
 _TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
           "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
-          "urgent_max_cost": int, "lane_nice": int,
+          "urgent_max_cost": int, "lane_nice": int, "lone_team_max_cost": int,
           "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float,
           "spill": boolean}
 
