@@ -64,14 +64,17 @@ class EngineConfig:
     lane_nice: int = 10
     """With urgent lanes: how much the other lanes' threads are reniced (CFS weights: at +10 a
     nice-0 thread gets ~90% of a core it shares with one of them)."""
-    lone_team_max_cost: int = 100
+    lone_team_max_cost: int = 0
     """With several lanes: a lone batch (nothing else runs or waits) runs on every thread only
-    if it costs at most this many phoneme ids (0: any size); a larger one takes one lane's
-    share. A batch cannot be interrupted, and a team on every core left requests that came
-    during it waiting for its end: traced at the start of a load test, a stream's 147-id first
-    sentence held both cores of a 2-core Zen 3 for 0.53 s while four short requests arrived.
-    Up to ~100 ids a lone batch ends within ~0.25 s there; a larger request's own next
-    sentence still runs beside it (spill)."""
+    if it costs at most this many phoneme ids (0, the default: any size); a larger one takes
+    one lane's share. A batch cannot be interrupted, and a team on every core leaves requests
+    that come during it waiting for its end: traced at the start of a load test, a stream's
+    147-id first sentence held both cores of a 2-core Zen 3 for 0.53 s while four short
+    requests arrived. At 100 ids, over two sets of 6 interleaved rounds at 8 clients, short p95
+    was not better (medians 0.40x and 0.49x Piper's, against 0.42x and 0.43x without), while a
+    lone stream's first audio comes later (one thread instead of two: long texts at 1 client
+    0.23-0.27x Piper's total time, against 0.11-0.18x); so it is off by default, a knob for
+    servers that see bursts after idle moments (docs/serving.md)."""
     spill: bool = True
     """With several lanes: a lane that would idle while a core is free takes the next sentence
     of a request that already has one in flight (the scheduler's "Spill"); the audio is put

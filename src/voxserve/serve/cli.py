@@ -110,7 +110,7 @@ _HELP = {
     "spill": "with several lanes: an idle lane takes the next sentence of a request already running "
              "(a lone request's sentences two at a time, one thread each): true or false",
     "lone_team_max_cost": "with several lanes: a lone batch runs on every thread only up to this many phoneme "
-                          "ids, so that requests arriving during it find a free core (0: any size)",
+                          "ids, so that requests arriving during it find a free core (default 0: any size)",
     "urgent_order": "order of urgent work: finish_first (requests it ends, then streams' first sentences), "
                     "arrival or least_work",
 }
