@@ -283,11 +283,9 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urg
                 assert not {request_of(x) for x in p} & {request_of(x) for x in q}
 
 
-@pytest.mark.parametrize("urgent_lanes", [False, True])
-def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_order(monkeypatch, urgent_lanes):
-    """Spill: a lone request's sentences after its first run two at a time, one thread each
-    (its stream's first sentence alone on both threads, for first audio); a later sentence
-    that finishes first waits, and the chunks (cut pieces included) come in order."""
+def _two_threads_with_teams(monkeypatch) -> dict:
+    """A 2-thread CPU whose threads take OpenMP team sizes (nothing reniced); returns the
+    team size each engine thread set last, by thread id."""
     from voxserve.engine import engine as engine_mod
 
     monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
@@ -295,6 +293,15 @@ def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_orde
     monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: None)
     teams = {}
     monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.__setitem__(threading.get_ident(), n) or True)
+    return teams
+
+
+@pytest.mark.parametrize("urgent_lanes", [False, True])
+def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_order(monkeypatch, urgent_lanes):
+    """Spill: a lone request's sentences after its first run two at a time, one thread each
+    (its stream's first sentence alone on both threads, for first audio); a later sentence
+    that finishes first waits, and the chunks (cut pieces included) come in order."""
+    teams = _two_threads_with_teams(monkeypatch)
     v = FakeVoice(concurrent_runs=True)
     run = v.run_pieces
     ran = []  # (payload, team, start, end) per batch
@@ -365,13 +372,7 @@ def test_a_lone_batch_over_lone_team_max_cost_takes_one_lanes_share(monkeypatch,
     """A batch cannot be interrupted: a long lone one on every thread would leave requests that
     arrive during it no free core, so above lone_team_max_cost it runs on one lane's share
     (0: no limit)."""
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: None)
-    teams = {}
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.__setitem__(threading.get_ident(), n) or True)
+    teams = _two_threads_with_teams(monkeypatch)
     v = FakeVoice(concurrent_runs=True)
     run, ran = v.run_pieces, []
     monkeypatch.setattr(v, "run_pieces", lambda units, **k: ran.append((units[0].cost, teams.get(threading.get_ident())))
