@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 import torch
 
 import voxserve
@@ -56,7 +57,8 @@ def test_convert_counts_modules():
 def test_gemm_conv_matches_conv1d_in_every_layout():
     torch.manual_seed(0)
     for conv in (torch.nn.Conv1d(8, 6, 5, dilation=2, padding=4), torch.nn.Conv1d(8, 12, 1),
-                 torch.nn.Conv1d(8, 8, 3, padding=1, bias=False)):
+                 torch.nn.Conv1d(8, 8, 3, padding=1, bias=False), torch.nn.Conv1d(8, 5, 3, dilation=3),
+                 torch.nn.Conv1d(8, 4, 1, padding=2), torch.nn.Conv1d(8, 6, 7, padding=1)):
         x = torch.randn(3, 8, 37)  # a batch of 3, contiguous [B, C, T]
         want = conv(x)
         for src in (conv, ChannelsLastConv1d(conv)):
@@ -65,6 +67,8 @@ def test_gemm_conv_matches_conv1d_in_every_layout():
                 got = g(inp)
                 assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
                 assert got.transpose(1, 2).is_contiguous()  # channels-last out, as the next op expects
+    with pytest.raises(ValueError, match="shorter than the kernel"):
+        GemmConv1d(torch.nn.Conv1d(8, 4, 5))(torch.randn(1, 8, 3))
 
 
 def test_convert_gemm_skips_what_it_cannot_run():

@@ -83,19 +83,21 @@ class GemmConv1d(nn.Module):
         self.bias = nn.Parameter(bias.clone(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, c, t = x.shape
+        b, c, _ = x.shape
         xt = x.transpose(1, 2)  # [B, T, C]: a free view of a channels-last activation
         if self.padding:
-            xt = F.pad(xt, (0, 0, self.padding, self.padding))  # [B, T + 2p, C], contiguous
-        elif not xt.is_contiguous():
-            xt = xt.contiguous()
+            xt = F.pad(xt, (0, 0, self.padding, self.padding))  # [B, T + 2p, C]
+        xt = xt.contiguous()  # (a no-op for a padded or channels-last input)
         k, d = self.kernel_size, self.dilation
+        t = xt.shape[1] - d * (k - 1)  # output frames, as nn.Conv1d counts them
+        if t < 1:
+            raise ValueError(f"input of {x.shape[-1]} frames is shorter than the kernel's reach")
         if k == 1:
             cols = xt.reshape(b * t, c)
         else:  # row (i, t) = the K taps x[t + j*d] side by side: an overlapping view, copied once
             cols = xt.as_strided((b, t, k, c), (xt.shape[1] * c, c, d * c, 1)).reshape(b * t, k * c)
-        y = torch.addmm(self.bias, cols, self.weight)  # [B*T, O]
-        return y.view(b, t, -1).transpose(1, 2)  # [B, O, T] with channels-last strides
+        y = torch.addmm(self.bias, cols, self.weight)  # [B*T_out, O]
+        return y.view(b, t, -1).transpose(1, 2)  # [B, O, T_out] with channels-last strides
 
 
 def convert_convs_gemm(module: nn.Module) -> int:
