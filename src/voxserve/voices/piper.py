@@ -75,11 +75,11 @@ def load_piper_voice(
         tune_malloc()
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
+        if runtime.cpu_flow_gemm:  # first: the flow's convolutions it takes are not converted twice
+            convert_convs_gemm(model.flow)
         if runtime.cpu_channels_last:
             convert_convs_channels_last(model.flow)
             convert_convs_channels_last(model.dec)
-        if runtime.cpu_flow_gemm:
-            convert_convs_gemm(model.flow)
     if dev.type == "cuda" and runtime.memory_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(runtime.memory_fraction, dev)
     model = apply_precision(model.to(dev), PrecisionPolicy.default(dt))
