@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The ratio table of a benchmarks/serve_vs_piper.sh run: each voxserve arm against Piper's
-server, per round (the rounds stay separate: on a shared machine their spread is the news).
+server, per round (the rounds stay separate: on a shared machine their spread is the news), then
+each ratio's median over the rounds. Rows whose load was not run (SVP_LOADS) are left out.
 
     python benchmarks/serve_table.py OUTDIR ROUNDS ARM [ARM...]
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -20,12 +22,18 @@ def main(out: Path, rounds: int, arms: list[str]) -> None:
     def load(name: str) -> dict:
         return json.loads((out / f"{name}.json").read_text())
 
-    def cell(arm: str, r: int, figure) -> str:
+    def cell(arm: str, r: int, figure) -> tuple[str, float | None]:
         try:
             a, b, unit, fmt = figure(lambda who, load_: load(f"r{r}_{who}_{load_}"), arm)
         except (OSError, KeyError):  # a run that failed or was cut: runs.txt says which
-            return "-"
-        return f"{a:{fmt}} / {b:{fmt}}{unit} = {a / b:.2f}x"
+            return "-", None
+        return f"{a:{fmt}} / {b:{fmt}}{unit} = {a / b:.2f}x", a / b
+
+    def row(arm: str, load_: str, name: str, cells: list[tuple[str, float | None]]) -> None:
+        ratios = [x for _, x in cells if x is not None]
+        if ratios:
+            print(f"| {arm} | {load_} | {name} | " + " | ".join(text for text, _ in cells)
+                  + f" | {statistics.median(ratios):.2f}x ({len(ratios)}) |")
 
     def thr(c):
         return lambda get, arm: (get(arm, f"c{c}")["all"]["audio_s_per_s"],
@@ -50,24 +58,24 @@ def main(out: Path, rounds: int, arms: list[str]) -> None:
         ("1 client, long, streamed", "first audio / Piper's total", first_audio(1)),
         ("4 clients, long, streamed", "first audio / Piper's total", first_audio(4)),
     ]
-    head = "| arm | load | figure | " + " | ".join(f"round {r}: voxserve / Piper" for r in range(1, rounds + 1)) + " |"
+    head = ("| arm | load | figure | " + " | ".join(f"round {r}: voxserve / Piper" for r in range(1, rounds + 1))
+            + " | median (rounds) |")
     print(head)
-    print("| :--- | :--- | :--- |" + " ---: |" * rounds)
+    print("| :--- | :--- | :--- |" + " ---: |" * (rounds + 1))
     for arm in arms:
         for load_, name, fig in rows:
-            print(f"| {arm} | {load_} | {name} | " + " | ".join(cell(arm, r, fig) for r in range(1, rounds + 1)) + " |")
+            row(arm, load_, name, [cell(arm, r, fig) for r in range(1, rounds + 1)])
         # CPU time per audio second at 8 clients: the cost of the work, whatever the schedule
-        cells = []
+        cells: list[tuple[str, float | None]] = []
         for r in range(1, rounds + 1):
             try:
                 v, p = (int(ticks[f"r{r}_{who}_c8"]) / os.sysconf("SC_CLK_TCK") / load(f"r{r}_{who}_c8")["all"]["audio_s"]
                         for who in (arm, "piper"))
             except (OSError, KeyError):
-                cells.append("-")
+                cells.append(("-", None))
                 continue
-            cells.append(f"{v:.3f} / {p:.3f} = {v / p:.2f}x")
-        print(f"| {arm} | 8 clients, short+medium | CPU s per audio s | " + " | ".join(cells) + " |")
-
+            cells.append((f"{v:.3f} / {p:.3f} = {v / p:.2f}x", v / p))
+        row(arm, "8 clients, short+medium", "CPU s per audio s", cells)
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] or ["vox"])

