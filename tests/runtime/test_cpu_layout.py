@@ -81,11 +81,12 @@ def test_convert_gemm_skips_what_it_cannot_run():
                                             "GemmConv1d", "ChannelsLastConv1d"]
 
 
-def test_flow_gemm_voice_matches_plain(tiny_voice_path):
+def test_gemm_convs_voice_matches_plain(tiny_voice_path):
     fast = voxserve.load_voice(str(tiny_voice_path), device="cpu")
     plain = voxserve.load_voice(str(tiny_voice_path), device="cpu",
-                                runtime=voxserve.RuntimeOptions(cpu_flow_gemm=False))
-    assert any(isinstance(m, GemmConv1d) for m in fast.runner.model.flow.modules())
+                                runtime=voxserve.RuntimeOptions(cpu_gemm_convs=False))
+    for stage in (fast.runner.model.enc_p, fast.runner.model.dp, fast.runner.model.flow):
+        assert any(isinstance(m, GemmConv1d) for m in stage.modules())
     assert not any(isinstance(m, GemmConv1d) for m in fast.runner.model.dec.modules())
     assert not any(isinstance(m, GemmConv1d) for m in plain.runner.model.modules())
     ids = [[1, 0] + list(range(3, 40)) + [2], [1, 0, 5, 0, 7, 0, 2]]

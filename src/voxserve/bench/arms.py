@@ -86,7 +86,7 @@ CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm(
         "vox-cpu-padded", "voxserve, decode_layout padded", runtime={"decode_layout": "padded"}, quick=False
     ),
-    _arm("vox-cpu-nogemm", "voxserve, cpu_flow_gemm off", runtime={"cpu_flow_gemm": False}, quick=False),
+    _arm("vox-cpu-nogemm", "voxserve, cpu_gemm_convs off", runtime={"cpu_gemm_convs": False}, quick=False),
     _arm("vox-cpu-nofold", "voxserve, fold_average off", runtime={"fold_average": False}, quick=False),
     _arm(
         "vox-cpu-skew",
@@ -99,7 +99,7 @@ CPU_ARMS: tuple[ArmSpec, ...] = (
         "voxserve, all CPU features off",
         runtime={
             "cpu_channels_last": False,
-            "cpu_flow_gemm": False,
+            "cpu_gemm_convs": False,
             "decode_layout": "padded",
             "fold_average": False,
             "attention": "skew",

@@ -16,8 +16,9 @@ class RuntimeOptions:
     """Latent frames decoded per call; bounds activation memory (4096 ~ 47 s at 22 kHz)."""
     cpu_channels_last: bool = True
     """CPU: run the flow's and decoder's 1-D convolutions as channels-last 2-D convolutions."""
-    cpu_flow_gemm: bool = True
-    """CPU: run the flow's convolutions as im2col + one GEMM each (runtime/layout.py)."""
+    cpu_gemm_convs: bool = True
+    """CPU: run the text encoder's, duration predictor's and flow's convolutions (short inputs,
+    at most a few hundred tokens or frames) as im2col + one GEMM each (runtime/layout.py)."""
     fold_average: bool = True
     """Fold the decoder's resblock average into the next convolution (one pass less per stage)."""
     attention: str = "banded"

@@ -75,8 +75,9 @@ def load_piper_voice(
         tune_malloc()
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
-        if runtime.cpu_flow_gemm:  # first: the flow's convolutions it takes are not converted twice
-            convert_convs_gemm(model.flow)
+        if runtime.cpu_gemm_convs:  # first: the flow's convolutions it takes are not converted twice
+            for stage in (model.enc_p, model.dp, model.flow):
+                convert_convs_gemm(stage)
         if runtime.cpu_channels_last:
             convert_convs_channels_last(model.flow)
             convert_convs_channels_last(model.dec)
