@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 import voxserve
-from voxserve.models import vits
+from voxserve.bench.stages import STAGE_METHODS, corpus_units, time_stages
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "en_bench.jsonl"
-STAGES = {"encode": "encode", "flow": "flow_reverse", "decode": "decode"}
+STAGES = tuple(STAGE_METHODS)
 
 
 def parse_field(text: str) -> tuple[str, object]:
@@ -54,25 +51,12 @@ def main() -> None:
     change = dict(parse_field(c) for c in args.change)
     torch.set_num_threads(args.threads)
 
-    spent: dict[str, float] = dict.fromkeys(STAGES, 0.0)
-    for stage, method in STAGES.items():  # time each stage method of the model class, in place
-        fn = getattr(vits.VitsModel, method)
-
-        def timed(*a, _fn=fn, _stage=stage, **k):
-            t = time.perf_counter()
-            out = _fn(*a, **k)
-            spent[_stage] += time.perf_counter() - t
-            return out
-
-        setattr(vits.VitsModel, method, timed)
-
+    spent = time_stages()
     voices = {"A": voxserve.load_voice(device="cpu"),
               "B": voxserve.load_voice(device="cpu", runtime=voxserve.RuntimeOptions(**change))}
     for v in voices.values():
         v.warmup()
-    cats = args.categories.split(",")
-    docs = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    units = [u for d in docs if d["category"] in cats for u in voices["A"].units(d["text"], voxserve.DETERMINISTIC)]
+    units = corpus_units(voices["A"], args.categories.split(","), voxserve.DETERMINISTIC)
 
     worst = 0.0
     for u in units:

@@ -28,10 +28,9 @@ import onnxruntime as ort
 import torch
 
 import voxserve
-from voxserve.models import vits
+from voxserve.bench.stages import STAGE_METHODS, corpus_units, time_stages
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "en_bench.jsonl"
-STAGES = ("encode", "flow", "decode")
+STAGES = tuple(STAGE_METHODS)
 
 
 def ort_session(threads: int, profile_dir: str | None = None) -> ort.InferenceSession:
@@ -75,27 +74,15 @@ def main() -> None:
     torch.set_num_threads(threads)
     voice = voxserve.load_voice(device="cpu")
     voice.warmup()
-    docs = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    units = [u for d in docs if d["category"] in cats for u in voice.units(d["text"], voxserve.DETERMINISTIC)]
+    units = corpus_units(voice, cats, voxserve.DETERMINISTIC)
     ids_list = [list(u.payload.ids) for u in units]
-
-    spent: collections.Counter = collections.Counter()
-    for name in STAGES:  # time each stage method of the model class, in place
-        fn = getattr(vits.VitsModel, "flow_reverse" if name == "flow" else name)
-
-        def timed(*a, _fn=fn, _name=name, **k):
-            t = time.perf_counter()
-            out = _fn(*a, **k)
-            spent[_name] += time.perf_counter() - t
-            return out
-
-        setattr(vits.VitsModel, "flow_reverse" if name == "flow" else name, timed)
+    spent = time_stages()
 
     sess = ort_session(threads)
     ours_total, ours_stage, ort_total = [], collections.defaultdict(list), []
     audio = 0.0
     for rep in range(runs + 1):
-        spent.clear()
+        spent.update(dict.fromkeys(STAGES, 0.0))
         t = time.perf_counter()
         n = sum(len(a) for u in units for a in voice.run_units([u]))
         ours = time.perf_counter() - t
