@@ -38,6 +38,14 @@ class TextTooLongError(InvalidInputError):
         super().__init__(f"input has {length} characters; the limit is {limit}")
 
 
+class AudioTooLongError(InvalidInputError):
+    """The audio a request or sentence would make is over a configured limit (HTTP 413)."""
+
+    def __init__(self, what: str, seconds: float, limit: float, option: str = "max_audio_seconds") -> None:
+        self.what, self.seconds, self.limit, self.option = what, seconds, limit, option
+        super().__init__(f"{what} would be {seconds:.1f} s of audio; the limit ({option}) is {limit:g} s")
+
+
 class UnknownVoiceError(VoxserveError, LookupError):
     """No voice of that name (HTTP 404)."""
 
