@@ -100,24 +100,46 @@ def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
 
 
 def write_stream(out: BinaryIO, sample_rate: int, fmt: str, chunks) -> None:
-    """Encode an iterable of float32 chunks into `out` (a file or BytesIO), chunk by chunk.
+    """Encode an iterable of float32 chunks into `out` (a file, BytesIO, pipe or socket), chunk by chunk.
 
-    Memory stays bounded by one chunk: a 300-page book can be written sentence by sentence.
+    Memory stays bounded by one chunk: a 300-page book can be written sentence by sentence. A
+    seekable `out` gets the complete file (totals in the header); one that cannot seek gets each
+    container's stream form, flushed after every chunk, so a reader hears audio as it is made.
     """
     import soundfile as sf
 
     fmt = check_format(fmt)
+    if fmt == "opus" and sample_rate not in OPUS_RATES:
+        raise ValueError(f"opus needs a sample rate of 8/12/16/24/48 kHz, the voice has {sample_rate} Hz")
     if fmt == "pcm":
         for c in chunks:
             out.write(float_to_int16(np.asarray(c, dtype=np.float32)).tobytes())
         return
+    if not _seekable(out):
+        enc = _SndfileEncoder(sample_rate, "ogg") if fmt == "ogg" else open_stream_encoder(fmt, sample_rate)
+        flush = getattr(out, "flush", lambda: None)
+        try:
+            for c in chunks:
+                out.write(enc.write(c))
+                flush()
+            out.write(enc.close())
+            flush()
+        finally:
+            enc.close()
+        return
     container, subtype = _SF_FORMAT[fmt]
-    rate = sample_rate
-    if fmt == "opus" and rate not in (8000, 12000, 16000, 24000, 48000):
-        raise ValueError(f"opus needs a sample rate of 8/12/16/24/48 kHz, the voice has {rate} Hz")
-    with sf.SoundFile(out, mode="w", samplerate=rate, channels=1, format=container, subtype=subtype) as f:
+    with sf.SoundFile(out, mode="w", samplerate=sample_rate, channels=1, format=container, subtype=subtype) as f:
         for c in chunks:
-            f.write(np.asarray(c, dtype=np.float32))
+            c = np.asarray(c, dtype=np.float32)
+            # 16-bit containers get the samples the stream encoders send, so every path agrees
+            f.write(float_to_int16(c) if subtype == "PCM_16" else c)
+
+
+def _seekable(out) -> bool:
+    try:
+        return bool(out.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,9 +284,13 @@ class _WavEncoder(_PcmEncoder):
 
 
 class _SndfileEncoder(StreamEncoder):
-    """libsndfile writing into a pipe: libsndfile sees a pipe, so it writes the stream form of
-    each container (no MP3 Xing/LAME tag and no FLAC STREAMINFO totals to patch at the end,
-    which a stream cannot do), and we read what it wrote after every slice."""
+    """libsndfile writing into a pipe (mp3, ogg/opus, ogg/vorbis): libsndfile sees a pipe, so it
+    writes the stream form of the container (no MP3 Xing/LAME tag to patch at the end), and we
+    read what it wrote after every slice.
+
+    Not FLAC: on a pipe libsndfile's seek reports success without moving, so libFLAC's rewrite of
+    STREAMINFO at close (MD5, total samples, frame sizes: 27 bytes) lands after the last frame.
+    """
 
     _SLICE = 4096  # samples per libsndfile write: keeps each write's bytes far below the pipe size
 
@@ -356,22 +382,84 @@ class _SndfileEncoder(StreamEncoder):
                     pass
 
 
+class _AvEncoder(StreamEncoder):
+    """ffmpeg's encoder and muxer (PyAV) writing into a sink that cannot seek (flac, aac/ADTS):
+    the muxer then writes the stream form and never goes back (a FLAC stream's STREAMINFO says
+    total samples 0 = unknown, and has no MD5), and each packet's bytes leave as it is muxed."""
+
+    _CODECS = {"flac": ("flac", "flac", "s16"), "aac": ("adts", "aac", "fltp")}
+
+    class _Sink:
+        def __init__(self):
+            self.data = bytearray()
+
+        def write(self, b) -> int:
+            self.data += b
+            return len(b)
+
+        def take(self) -> bytes:
+            out = bytes(self.data)
+            self.data.clear()
+            return out
+
+    def __init__(self, sample_rate: int, fmt: str):
+        import av
+
+        super().__init__(sample_rate)
+        self.media_type = MEDIA_TYPES[fmt]
+        container, codec, self._sample_fmt = self._CODECS[fmt]
+        self._sink = self._Sink()
+        self._out = av.open(self._sink, "w", format=container)
+        self._stream = self._out.add_stream(codec, rate=sample_rate, layout="mono")
+        self._pts = 0
+        self._closed = False
+
+    def _mux(self, frame) -> bytes:
+        for packet in self._stream.encode(frame):
+            self._out.mux(packet)
+        return self._sink.take()
+
+    def write(self, samples: np.ndarray) -> bytes:
+        import av
+
+        x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if not len(x):
+            return b""
+        # FLAC gets the int16 samples every other 16-bit path sends; AAC codes the floats
+        data = float_to_int16(x) if self._sample_fmt == "s16" else np.clip(x, -1.0, 1.0)
+        frame = av.AudioFrame.from_ndarray(data.reshape(1, -1), format=self._sample_fmt, layout="mono")
+        frame.sample_rate = self.sample_rate
+        frame.pts = self._pts
+        self._pts += len(x)
+        return self._mux(frame)
+
+    def close(self) -> bytes:
+        if self._closed:
+            return b""
+        self._closed = True
+        try:
+            out = self._mux(None)
+        finally:
+            self._out.close()
+        return out + self._sink.take()
+
+
 def available_stream_formats() -> tuple[str, ...]:
-    """Formats `open_stream_encoder` can produce here (aac needs an encoder libsndfile lacks)."""
-    return tuple(f for f in STREAM_FORMATS if f != "aac")
+    """Formats `open_stream_encoder` can produce."""
+    return STREAM_FORMATS
 
 
 def open_stream_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
     """A streaming encoder for one response: mp3, opus (Ogg, resampled to 48 kHz unless the
-    voice rate is an Opus rate), flac, wav (header with unknown length), pcm (s16le)."""
+    voice rate is an Opus rate), aac (ADTS), flac (length unknown in STREAMINFO), wav (header
+    with unknown length), pcm (s16le)."""
     fmt = fmt.lower()
     if fmt == "pcm":
         return _PcmEncoder(sample_rate)
     if fmt == "wav":
         return _WavEncoder(sample_rate)
-    if fmt in ("mp3", "opus", "flac"):
+    if fmt in ("mp3", "opus"):
         return _SndfileEncoder(sample_rate, fmt)
-    if fmt == "aac":
-        raise ValueError("response_format 'aac' is not available: no AAC encoder is installed "
-                         f"(available: {', '.join(available_stream_formats())})")
+    if fmt in ("flac", "aac"):
+        return _AvEncoder(sample_rate, fmt)
     raise ValueError(f"unsupported audio format {fmt!r}; supported: {', '.join(available_stream_formats())}")
