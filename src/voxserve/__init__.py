@@ -10,6 +10,7 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 from .audio import Audio, AudioChunk
 from .errors import (
+    AudioTooLongError,
     EmptyTextError,
     InvalidInputError,
     InvalidOptionError,
@@ -19,6 +20,7 @@ from .errors import (
     VoiceLoadError,
     VoxserveError,
 )
+from .limits import Limits
 from .options import DETERMINISTIC, SynthesisOptions
 from .runtime.options import RuntimeOptions
 from .voice import Voice
@@ -31,6 +33,7 @@ __all__ = [
     "load_voice", "available_voices", "register_voice", "DEFAULT_VOICE",
     "VoxserveError", "InvalidInputError", "InvalidOptionError", "EmptyTextError",
     "UnpronounceableTextError", "UnknownVoiceError", "UnknownSpeakerError", "VoiceLoadError",
+    "AudioTooLongError", "Limits",
 ]
 
 
@@ -41,6 +44,7 @@ def load_voice(
     *,
     runtime: RuntimeOptions | None = None,
     max_phonemes: int | None = None,
+    limits: Limits | None = None,
 ) -> Voice:
     """Load a voice by registry name (default: en_US-joe-medium) or by path
     ("bark:DIR" for a local Bark checkpoint directory).
@@ -49,18 +53,24 @@ def load_voice(
     dtype: None/"fp32"; "bf16" (the decoder in bf16: CUDA, or a CPU with AVX512-BF16/AMX); "fp16" on CUDA.
     runtime: RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a
     RuntimeOptions of which only `offload` and `threads` apply (the rest is VITS-specific).
+    limits: how much audio one request may make (voxserve.limits.Limits; default 2 min per
+    sentence, 30 min per request).
     """
+    limits = (limits or Limits()).validate()
     src = resolve_voice(name_or_path)
     if src.family == "bark":
         from .voices.bark import BarkRuntimeOptions, load_bark_voice
 
         if isinstance(runtime, RuntimeOptions):
             runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
-        return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
-    kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
-    if src.family == "piper":
+        voice = load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
+    elif src.family == "piper":
         from .voices.piper import load_piper_voice
 
-        return load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
-                                runtime=runtime, **kwargs)
-    raise VoiceLoadError(f"unknown voice family {src.family!r} for {src.name!r}")
+        kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
+        voice = load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
+                                 runtime=runtime, **kwargs)
+    else:
+        raise VoiceLoadError(f"unknown voice family {src.family!r} for {src.name!r}")
+    voice.limits = limits
+    return voice

@@ -7,34 +7,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import fields
 from pathlib import Path
 
-from .options import SynthesisOptions
+from .limits import Limits
+from .options import SynthesisOptions, option_help
 
 EXIT_USAGE = 2  # bad input (argparse uses 2 as well)
 EXIT_ERROR = 1
 
 
 def _options_args(p: argparse.ArgumentParser) -> None:
-    """Flags for every SynthesisOptions field (default None = the voice's default)."""
-    helps = {
-        "speaker": "speaker id or name (multi-speaker voices)",
-        "speed": "speaking rate multiplier, e.g. 1.25",
-        "noise_scale": "generator noise (0 = deterministic with --noise-w 0)",
-        "noise_w": "duration noise",
-        "sentence_silence": "seconds of silence after each sentence",
-        "seed": "noise seed for reproducible output",
-        "temperature": "sampling temperature of token-generating voices (Bark); 0 = greedy",
-    }
+    """Flags for every SynthesisOptions field (default None = the voice's default); help and
+    ranges come from the fields' rules, which `validate()` applies."""
     types = {"speaker": str, "seed": int}
     for f in fields(SynthesisOptions):
         p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=types.get(f.name, float),
-                       default=f.default, help=helps.get(f.name, ""))
+                       default=f.default, help=option_help(f.name))
 
 
 def _options_from(ns: argparse.Namespace) -> SynthesisOptions:
@@ -59,11 +49,14 @@ def _read_text(ns: argparse.Namespace) -> str:
 def cmd_say(ns: argparse.Namespace) -> int:
     from . import load_voice
     from .audio import check_format, format_from_path, write_stream
+    from .outfile import check_output, open_output
 
     text = _read_text(ns)
     options = _options_from(ns).validate()
+    check_output(ns.output)
     fmt = check_format(ns.format) if ns.format else ("wav" if ns.output == "-" else format_from_path(Path(ns.output)))
-    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype)
+    limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
+    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits)
     units = list(voice.units(text, options))  # front end for the whole text; audio streams below
     silence = voice.silence_after(options)
 
@@ -73,42 +66,19 @@ def cmd_say(ns: argparse.Namespace) -> int:
 
         show = ns.progress if ns.progress is not None else (len(units) > 3 and sys.stderr.isatty())
         with tqdm(total=len(units), unit="sentence", disable=not show, file=sys.stderr) as bar:
-            for c in voice.stream_units(iter(units)):
+            for c in voice.stream_units(iter(units), silence):
                 yield c.samples
-                if silence and not c.is_last:
+                if silence and not c.is_last and not c.partial:  # no gap inside a sentence
                     yield np.zeros(int(round(silence * voice.sample_rate)), dtype=np.float32)
                 bar.update(1)
 
-    if ns.output == "-":
-        out = sys.stdout.buffer
-        if fmt in ("pcm", "wav"):
-            if fmt == "wav":
-                out.write(streaming_wav_header(voice.sample_rate))
-            write_stream(out, voice.sample_rate, "pcm", chunks())
-        else:  # containers that seek back on close: spool through a temporary file
-            with tempfile.TemporaryFile() as tmp:
-                write_stream(tmp, voice.sample_rate, fmt, chunks())
-                tmp.seek(0)
-                shutil.copyfileobj(tmp, out)
-        out.flush()
-    else:
-        path = Path(ns.output)
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb") as f:
-            write_stream(f, voice.sample_rate, fmt, chunks())
-        os.replace(tmp, path)
-        print(f"wrote {path} ({len(units)} sentences)", file=sys.stderr)
+    # opened only now: bad input or a missing voice leaves an existing file alone and no reader
+    # of a pipe waiting; a pipe, a device or stdout gets each container's stream form
+    with open_output(ns.output) as out:
+        write_stream(out, voice.sample_rate, fmt, chunks())
+    if ns.output != "-":
+        print(f"wrote {ns.output} ({len(units)} sentences)", file=sys.stderr)
     return 0
-
-
-def streaming_wav_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
-    """A WAV header for a stream of unknown length (sizes set to the maximum, as ffmpeg does)."""
-    import struct
-
-    block = channels * bits // 8
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt "
-            + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, bits)
-            + b"data" + struct.pack("<I", 0xFFFFFFFF))
 
 
 def cmd_voices(ns: argparse.Namespace) -> int:
@@ -140,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "pcm"], help="default: from -o's extension")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     say.add_argument("--dtype", default=None, help="fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)")
+    say.add_argument("--max-audio-seconds", type=float, default=None,
+                     help="refuse a text whose audio would pass this (default: no limit, the audio "
+                          "streams to the output)")
+    say.add_argument("--max-sentence-audio-seconds", type=float, default=Limits.max_sentence_audio_seconds,
+                     help=f"refuse a sentence whose audio would pass this (default {Limits.max_sentence_audio_seconds:g})")
     say.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar (default: on a terminal, for more than 3 sentences)")
     _options_args(say)
@@ -161,13 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import InvalidInputError, UnknownSpeakerError, UnknownVoiceError, VoxserveError
+    from .errors import InvalidInputError, UnknownSpeakerError, UnknownVoiceError, VoiceLoadError, VoxserveError
 
     ns = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * ns.verbose, format="%(levelname)s %(name)s: %(message)s")
     try:
         return ns.func(ns)
-    except (InvalidInputError, UnknownVoiceError, UnknownSpeakerError, ValueError) as e:
+    except (InvalidInputError, UnknownVoiceError, UnknownSpeakerError, VoiceLoadError, ValueError) as e:
         print(f"voxserve: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (VoxserveError, OSError) as e:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .audio import Audio, AudioChunk
 from .errors import UnknownSpeakerError, UnpronounceableTextError
+from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
 from .text.frontend import TextFrontend, check_text
 
@@ -36,6 +37,9 @@ class Unit:
     """Batching cost (phoneme ids for VITS)."""
     payload: Any
     """Family-specific model input (a VitsItem for Piper voices)."""
+    seconds: float = 0.0
+    """Predicted audio, a low estimate: what the request's limit is checked against before
+    the model runs (the audio made is checked too)."""
 
 
 def sentence_seed(seed: int | None, index: int) -> int:
@@ -55,12 +59,42 @@ class PendingResult:
         return self._audios
 
 
+def limited(units: Iterator[Unit], limits: Limits, silence_s: float = 0.0) -> Iterator[Unit]:
+    """`units`, refusing the request (AudioTooLongError) once their predicted audio, with the
+    silence between sentences, passes the request's limit: before the model runs on the
+    sentence that passes it."""
+    total = 0.0
+    for u in units:
+        total += u.seconds + (silence_s if u.index else 0.0)
+        limits.check_request(total, predicted=True)
+        yield u
+
+
+class AudioBudget:
+    """The audio a request has made so far (sentence silence included), against its limit."""
+
+    def __init__(self, limits: Limits, sample_rate: int, silence_s: float = 0.0):
+        self.limits, self.sample_rate, self.samples = limits, sample_rate, 0
+        self.gap = int(round(silence_s * sample_rate))
+        self.sentences = 0
+
+    def add(self, n_samples: int, sentence_start: bool = True) -> None:
+        """One sentence's audio (or a piece of one: sentence_start=False for its rest)."""
+        if sentence_start:
+            self.samples += self.gap if self.sentences else 0
+            self.sentences += 1
+        self.samples += n_samples
+        self.limits.check_request(self.samples / self.sample_rate)
+
+
 class Voice(ABC):
     """A loaded voice on one device."""
 
     name: str
     family: str
     sample_rate: int
+    limits: Limits = DEFAULT_LIMITS
+    """The work bound of every request to this voice (set by load_voice(limits=...))."""
 
     @property
     def speakers(self) -> list[str]:
@@ -121,22 +155,28 @@ class Voice(ABC):
         arrives as soon as possible (a long one in two chunks: a head, `partial=True`, then the
         rest; see `run_pieces`), later ones in growing batches. Memory stays bounded by one
         batch, whatever the length of the text."""
-        return self.stream_units(self.units(text, options))
+        return self.stream_units(self.units(text, options), self.silence_after(options))
 
-    def stream_units(self, units: Iterator[Unit]) -> Iterator[AudioChunk]:
-        """Run units (from `units()`) in batches of 1, 2, 4, ... and yield their audio in order."""
+    def stream_units(self, units: Iterator[Unit], silence_s: float = 0.0) -> Iterator[AudioChunk]:
+        """Run units (from `units()`) in batches of 1, 2, 4, ... and yield their audio in order.
+        silence_s: the silence the caller puts between sentences (counted against the limit)."""
         units = iter(units)
+        budget = AudioBudget(self.limits, self.sample_rate, silence_s)
         size = 1
         pending = list(itertools.islice(units, 1))
         if pending:  # the first sentence: its head first, if the voice cuts it
             first = pending[0]
-            audio, rest = self.run_pieces(pending, early=[0])[0]
+            audio, rest = _raise_failed(self.run_pieces(pending, early=[0])[0])
             text = first.text
+            start = True
             while rest is not None:
+                budget.add(len(audio), start)
+                start = False
                 yield AudioChunk(audio, self.sample_rate, index=first.index, text=text, partial=True)
                 text = ""
-                audio, rest = self.run_pieces([rest])[0]
+                audio, rest = _raise_failed(self.run_pieces([rest])[0])
             nxt = list(itertools.islice(units, 1))
+            budget.add(len(audio), start)
             yield AudioChunk(audio, self.sample_rate, index=first.index, text=text, is_last=not nxt)
             size = 2
             pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
@@ -145,6 +185,7 @@ class Voice(ABC):
             audios = self.run_units(pending)
             for k, (u, a) in enumerate(zip(pending, audios)):
                 last = not nxt and k == len(pending) - 1
+                budget.add(len(a))
                 yield AudioChunk(a, self.sample_rate, index=u.index, text=u.text, is_last=last)
             size = min(size * 2, MAX_BATCH_SENTENCES)
             pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
@@ -163,9 +204,11 @@ class Voice(ABC):
                 raise UnpronounceableTextError(t)
         flat = [(ti, u) for ti, us in enumerate(per_text) for u in us]
         audio: dict[tuple[int, int], np.ndarray] = {}
+        budgets = [AudioBudget(self.limits, self.sample_rate, self.silence_after(o)) for o in opts_list]
         it = iter(flat)
         while batch := self._take_batch(it, MAX_BATCH_SENTENCES, MAX_BATCH_COST, key=lambda x: x[1]):
             for (ti, u), a in zip(batch, self.run_units([u for _, u in batch])):
+                budgets[ti].add(len(a))
                 audio[(ti, u.index)] = a
         out = []
         for ti, (us, o) in enumerate(zip(per_text, opts_list)):
@@ -191,6 +234,13 @@ class Voice(ABC):
             if len(batch) >= max_n or cost >= max_cost:
                 break
         return batch
+
+
+def _raise_failed(result: tuple):
+    """A run_pieces result whose audio is an error (a sentence over its limit) raises it."""
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result
 
 
 class VitsVoice(Voice):
@@ -247,21 +297,40 @@ class VitsVoice(Voice):
         def gen() -> Iterator[Unit]:
             n = 0
             for n, s in enumerate(self.frontend.iter_sentences(text), start=1):
-                yield Unit(n - 1, s.text, len(s.ids), self._item(s.ids, opts, n - 1))
+                item = self._item(s.ids, opts, n - 1)
+                yield Unit(n - 1, s.text, len(s.ids), item, len(s.ids) * self._SECONDS_PER_ID * item.length_scale)
             if n == 0:
                 raise UnpronounceableTextError(text)
 
-        return gen()
+        return limited(gen(), self.limits, self.silence_after(opts))
+
+    # A low estimate of the audio per phoneme id at length scale 1 (Piper voices make
+    # 0.024-0.047 s per id over ordinary sentences): predictions refuse only clear excess.
+    _SECONDS_PER_ID = 0.02
 
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
                   on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
-        return self.runner.run([u.payload for u in units], early, on_early)
+        from .runtime.vits_runner import FramesOverLimit
+
+        out = self.runner.run([u.payload for u in units], early, on_early)
+        for a in out:
+            if isinstance(a, FramesOverLimit):
+                raise self._sentence_error(a)
+        return out
 
     def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[tuple[np.ndarray, Unit | None]]:
+                   max_cost: int | None = None) -> list[tuple[np.ndarray | BaseException, Unit | None]]:
+        """As Voice.run_pieces; a sentence over the sentence limit gets its AudioTooLongError in
+        place of audio (the batch's other sentences are not affected)."""
+        from .runtime.vits_runner import FramesOverLimit
+
         out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
-        return [(a, None if rest is None else Unit(u.index, u.text, rest.cost, rest))
+        return [(self._sentence_error(a) if isinstance(a, FramesOverLimit) else a,
+                 None if rest is None else Unit(u.index, u.text, rest.cost, rest))
                 for u, (a, rest) in zip(units, out)]
+
+    def _sentence_error(self, e):
+        return self.limits.sentence_error(e.frames * self.runner.dims.hop_length / self.sample_rate)
 
     def warmup(self) -> None:
         """CUDA: capture the graph grid; CPU: create the kernels of every shape bucket."""
@@ -290,4 +359,5 @@ class VitsVoice(Voice):
             c.noise_w if opts.noise_w is None else opts.noise_w,
             self.speaker_id(opts.speaker),
             sentence_seed(opts.seed, index),
+            self.limits.max_sentence_samples(self.sample_rate) // self.runner.dims.hop_length,
         )

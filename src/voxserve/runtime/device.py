@@ -20,7 +20,10 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """'auto' -> cuda if available else cpu; 'cuda' without CUDA is an error, not a fallback."""
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or auto") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
     if dev.type not in ("cpu", "cuda"):

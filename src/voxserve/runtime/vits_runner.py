@@ -59,6 +59,20 @@ class VitsItem:
     noise_w: float = 0.8
     speaker_id: int = 0
     seed: int | None = None
+    max_frames: int | None = None
+    """A sentence predicted longer than this is not synthesised: its result is a FramesOverLimit."""
+
+
+class FramesOverLimit(Exception):
+    """A batch item's predicted length passed its max_frames; the flow and decoder skipped it."""
+
+    def __init__(self, frames: int, max_frames: int):
+        self.frames, self.max_frames = frames, max_frames
+        super().__init__(f"{frames} frames; the limit is {max_frames}")
+
+
+def over_limit(item, frames: int) -> bool:
+    return isinstance(item, VitsItem) and item.max_frames is not None and frames > item.max_frames
 
 
 @dataclass(frozen=True)
@@ -287,8 +301,11 @@ class VitsRunner(ResidentWeights):
         if not items:
             return []
         try:  # (_submit checks the items)
-            pending, rests = self._submit(items, early, max_cost)
-            return list(zip(pending.result(), rests))
+            pending, rests, over = self._submit(items, early, max_cost)
+            out: list = list(zip(pending.result(), rests))
+            for k, frames in over.items():
+                out[k] = (FramesOverLimit(frames, items[k].max_frames), None)
+            return out
         except torch.OutOfMemoryError:
             if len(items) == 1:
                 raise
@@ -305,20 +322,27 @@ class VitsRunner(ResidentWeights):
 
         On CUDA the copy runs on a side stream: the next batch's compute can start while this
         one's audio is still coming back; `PendingAudio.result()` waits for the copy alone."""
-        return self._submit(items, (), None)[0]
+        pending, _, over = self._submit(items, (), None)
+        if over:
+            k, frames = next(iter(over.items()))
+            raise FramesOverLimit(frames, items[k].max_frames)
+        return pending
 
     @torch.inference_mode()
-    def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None]]:
+    def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None], dict[int, int]]:
+        """-> the audio in flight, each item's rest, and {position: predicted frames} of the
+        items over their max_frames (their audio is a placeholder)."""
         self._check(items)
+        over: dict[int, int] = {}
         with contextlib.nullcontext() if self.concurrent_runs else self._lock:
             if self.layout == "padded":
                 if any(isinstance(it, VitsContinuation) for it in items):
                     raise ValueError("the padded layout does not run continuations (use packed)")
-                audios, lengths = self._run_padded(items)
+                audios, lengths = self._run_padded(items, over)
                 rests: list[VitsContinuation | None] = [None] * len(items)
             else:
-                audios, lengths, rests = self._run_packed(items, early, max_cost)
-            return self._copy_out(audios, lengths), rests
+                audios, lengths, rests = self._run_packed(items, early, max_cost, over)
+            return self._copy_out(audios, lengths), rests, over
 
     def head_frames(self, frames: int) -> int:
         """Frames of a sentence's head for first audio (0: not cut): at least
@@ -420,7 +444,7 @@ class VitsRunner(ResidentWeights):
         return groups
 
     def _run_packed(self, items: Sequence[VitsItem | VitsContinuation], early: Sequence[int] = (),
-                    max_cost: int | None = None):
+                    max_cost: int | None = None, over: dict[int, int] | None = None):
         """Encoder in length groups; flow + decoder on the pieces laid end to end (a gap of
         zeros between), in runs of at most max_decode_frames. -> audio per item (on the
         device), its length in samples, and the continuation of each item that was cut."""
@@ -440,6 +464,10 @@ class VitsRunner(ResidentWeights):
             # the one device->host read of the batch: every item's frame count
             flat = torch.cat([e.frame_lengths for _, e in enc]).tolist()
             y: dict[int, int] = dict(zip((j for grp in groups for j in grp), flat))
+            for j, it in enumerate(f_items):  # over its limit: one frame of work, result replaced
+                if over is not None and over_limit(it, y[j]):
+                    over[fresh[j]] = y[j]
+                    y[j] = 1
             for grp, e in enc:
                 n = max(y[j] for j in grp)
                 mm, ll, _ = m.expand(e.m_p, e.logs_p, e.durations, e.frame_lengths, n)  # [b, C, n]
@@ -568,7 +596,8 @@ class VitsRunner(ResidentWeights):
                            "cut": float(sum(r is not None for r in rests))}
         return audios, [(k1 - k0) * hop for _, _, _, k0, k1 in pieces], rests
 
-    def _run_padded(self, items: Sequence[VitsItem]) -> tuple[list[torch.Tensor], list[int]]:
+    def _run_padded(self, items: Sequence[VitsItem], over: dict[int, int] | None = None
+                    ) -> tuple[list[torch.Tensor], list[int]]:
         """The reference layout: one padded batch through every stage, dense masks everywhere
         (always eager; items are never cut)."""
         m = self.model
@@ -587,6 +616,11 @@ class VitsRunner(ResidentWeights):
                                                  self._to_device(torch.tensor(t_lens)), g, dur_noise, length_scale)
         y_t = m.frame_lengths(durations)
         y_len = y_t.tolist()  # the one device->host read of the batch
+        if over is not None and any(over_limit(it, n) for it, n in zip(items, y_len)):
+            for i, it in enumerate(items):  # over its limit: one frame of work, result replaced
+                if over_limit(it, y_len[i]):
+                    over[i], y_len[i] = y_len[i], 1
+            y_t = torch.tensor(y_len, device=y_t.device, dtype=y_t.dtype)
         n = max(y_len)
         mm, ll, y_mask = m.expand(m_p, logs_p, durations, y_t, n)
         z_noise = self._noise(items, gens, y_len, self.dims.inter_channels, lambda it: it.noise_scale)

@@ -36,7 +36,7 @@ from ..options import SynthesisOptions
 from ..text.frontend import check_text
 from ..text.normalize import normalize_unicode
 from ..text.split import split_long, split_sentences
-from ..voice import Unit, Voice, sentence_seed
+from ..voice import Unit, Voice, limited, sentence_seed
 
 log = logging.getLogger(__name__)
 
@@ -303,12 +303,13 @@ class BarkVoice(Voice):
             n = 0
             for piece in self.sentences(text):
                 item = self._item(piece, speaker, temps, sentence_seed(opts.seed, n))
-                yield Unit(n, piece, self.cost(piece), item)
+                # Bark's audio per sentence is bounded by its generation window (about 14 s)
+                yield Unit(n, piece, self.cost(piece), item, speech_weight(piece) / CHARS_PER_SECOND)
                 n += 1
             if n == 0:
                 raise UnpronounceableTextError(text)
 
-        return gen()
+        return limited(gen(), self.limits, self.silence_after(opts))
 
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (), on_early=None) -> list[np.ndarray]:
         # no early heads: a Bark sentence's audio comes out of three generation stages at once
