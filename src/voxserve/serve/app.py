@@ -2,16 +2,19 @@
 models, health, readiness and Prometheus metrics. Thin: requests become engine submissions;
 audio streams back as the engine makes it, encoded chunk by chunk.
 
-Errors use OpenAI's JSON shape {"error": {"message", "type", "param", "code"}}:
+Errors use OpenAI's JSON shape {"error": {"message", "type", "param", "code"}}, `code` always
+set and `param` the top-level request field at fault (None for the request as a whole):
 400 bad input or option, 401 missing/wrong API key, 404 unknown voice/model/route,
-413 input or body too large, 422 malformed body, 429 overloaded (with Retry-After),
-503 not ready / shutting down; anything else is a 500 whose body says only "internal error".
+408 a client too slow to send its request, 413 input, body or audio too long, 422 malformed body
+(not JSON, or a field of the wrong type), 429 overloaded (with Retry-After), 503 not ready /
+shutting down / too many connections; anything else is a 500 whose body says only "internal error".
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import math
 import threading
@@ -29,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..audio import StreamEncoder, available_stream_formats, encode_audio, float_to_int16, open_stream_encoder
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import (
+    AudioTooLongError,
     EngineClosedError,
     InvalidInputError,
     InvalidOptionError,
@@ -73,16 +77,32 @@ class AppConfig:
     """Run one sentence through each voice before /ready says ready."""
     request_timeout_s: float = 600.0
     """A request still running after this long is cancelled (its queued sentences dropped)."""
+    header_timeout_s: float = 10.0
+    """A connection must send a complete request head (request line and headers) within this long
+    of opening, or of its first byte after the previous response; else it is closed (408 if it
+    had sent part of one). Needs the server's protocol class, `http_protocol(app)`."""
+    body_timeout_s: float = 30.0
+    """A request's whole body must arrive within this long of its headers (else 408, connection
+    closed), so that a slow or stalled upload cannot hold a connection open."""
+    max_connections: int | None = 1024
+    """Open connections beyond this get 503 and are closed (with `http_protocol(app)`): far above
+    what the engine admits, it only keeps a flood of idle connections from using up file
+    descriptors. None: no bound."""
 
 
 # ----------------------------------------------------------------------------- errors
-def error_response(status: int, message: str, type_: str, code: str | None = None, param: str | None = None,
+def error_body(message: str, type_: str, code: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(status: int, message: str, type_: str, code: str, param: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}},
-                        status_code=status, headers=headers)
+    return JSONResponse(error_body(message, type_, code, param), status_code=status, headers=headers)
 
 
 def _error_for(exc: BaseException) -> JSONResponse:
+    if isinstance(exc, AudioTooLongError):
+        return error_response(413, str(exc), "invalid_request_error", "audio_too_long", exc.option)
     if isinstance(exc, TextTooLongError):
         return error_response(413, str(exc), "invalid_request_error", "input_too_long", "input")
     if isinstance(exc, InvalidOptionError):
@@ -112,9 +132,14 @@ class _BadRequest(Exception):
 
 
 # ----------------------------------------------------------------------------- ASGI guard
+CLIENT_CLOSED = 499
+"""Status counted for a request whose client went away before its response was complete
+(nginx's "client closed request"); no such response is sent."""
+
+
 class _Guard:
-    """Outermost layer: API key, body size limit, request counting. Pure ASGI so that a
-    refused body is never read past the limit."""
+    """Outermost layer: API key, body size limit and deadline, request counting. Pure ASGI so
+    that a refused body is never read past the limit."""
 
     def __init__(self, app, config: AppConfig, metrics: Metrics):
         self.app, self.config, self.metrics = app, config, metrics
@@ -124,49 +149,89 @@ class _Guard:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         route = path if path in ROUTES else "other"
-        status_box = {"status": 500}
+        state = {"status": None, "complete": False, "disconnected": False, "failed": False}
 
         async def send_counted(message):
             if message["type"] == "http.response.start":
-                status_box["status"] = message["status"]
-            await send(message)
+                state["status"] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                state["complete"] = True
+            try:
+                await send(message)
+            except OSError:  # ASGI 2.4 servers raise on a closed connection
+                state["disconnected"] = True
+                raise
+
+        async def receive_watched():
+            msg = await receive()
+            if msg["type"] == "http.disconnect" and not state["complete"]:
+                state["disconnected"] = True
+            return msg
 
         try:
-            denied = self._check_key(scope, path)
-            if denied is not None:
-                return await denied(scope, receive, send_counted)
-            headers = dict(scope.get("headers") or [])
-            limit = self.config.max_body_bytes
-            try:
-                declared = int(headers.get(b"content-length", b"0") or 0)
-            except ValueError:
-                declared = 0
-            if declared > limit:
-                return await self._too_large(scope, receive, send_counted)
-            if scope.get("method") in ("POST", "PUT", "PATCH"):
-                body = bytearray()
+            await self._serve(scope, path, receive_watched, send_counted)
+        except BaseException:
+            state["failed"] = True
+            raise
+        finally:
+            # a client that left is not a server error: without this, an aborted upload (no
+            # response started) would count as the 500 the server never sent
+            if state["disconnected"] and not state["complete"]:
+                status = CLIENT_CLOSED
+            elif state["status"] is None or (state["failed"] and not state["complete"]):
+                status = 500  # uvicorn answers 500, or cuts a started response short
+            else:
+                status = state["status"]
+            self.metrics.requests.labels(route, str(status)).inc()
+
+    async def _serve(self, scope, path, receive, send):
+        denied = self._check_key(scope, path)
+        if denied is not None:
+            return await denied(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        limit = self.config.max_body_bytes
+        try:
+            declared = int(headers.get(b"content-length", b"0") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            return await self._refuse(scope, receive, send, 413, f"request body over {limit} bytes", "body_too_large")
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        body = bytearray()
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
                 while True:
                     msg = await receive()
                     if msg["type"] == "http.disconnect":
                         return
                     body += msg.get("body", b"")
                     if len(body) > limit:
-                        return await self._too_large(scope, receive, send_counted)
+                        return await self._refuse(scope, receive, send, 413, f"request body over {limit} bytes",
+                                                  "body_too_large")
                     if not msg.get("more_body"):
                         break
-                replayed = False
+        except TimeoutError:
+            return await self._refuse(scope, receive, send, 408,
+                                      f"request body not received within {self.config.body_timeout_s:g} s "
+                                      f"(got {len(body)} of {declared or 'unknown'} bytes)", "request_timeout")
+        if body and _is_json(headers.get(b"content-type")):
+            try:  # JSON on the wire is UTF-8 (RFC 8259); refuse the rest here, in the JSON error's shape
+                bytes(body).decode("utf-8")
+            except UnicodeDecodeError as e:
+                return await self._refuse(scope, receive, send, 422,
+                                          f"request body is not valid JSON: not UTF-8 text (byte {e.start})",
+                                          "invalid_json")
+        replayed = False
 
-                async def replay():
-                    nonlocal replayed
-                    if not replayed:
-                        replayed = True
-                        return {"type": "http.request", "body": bytes(body), "more_body": False}
-                    return await receive()  # then the real channel (http.disconnect)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()  # then the real channel (http.disconnect)
 
-                return await self.app(scope, replay, send_counted)
-            return await self.app(scope, receive, send_counted)
-        finally:
-            self.metrics.requests.labels(route, str(status_box["status"])).inc()
+        return await self.app(scope, replay, send)
 
     def _check_key(self, scope, path: str):
         key = self.config.api_key
@@ -180,10 +245,79 @@ class _Guard:
         return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                               "invalid_request_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def _too_large(self, scope, receive, send):
-        r = error_response(413, f"request body over {self.config.max_body_bytes} bytes",
-                           "invalid_request_error", "body_too_large", headers={"Connection": "close"})
+    async def _refuse(self, scope, receive, send, status: int, message: str, code: str):
+        # the rest of the body is never read: close the connection after the answer
+        r = error_response(status, message, "invalid_request_error", code, headers={"Connection": "close"})
         await r(scope, receive, send)
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """FastAPI parses a body as JSON when it has no content type or a JSON one."""
+    if not content_type:
+        return True
+    main = content_type.decode("latin-1").split(";", 1)[0].strip().lower()
+    return main == "application/json" or main.endswith("+json")
+
+
+# ----------------------------------------------------------------------------- connections
+def http_protocol(app: FastAPI) -> type:
+    """uvicorn's h11 protocol with the connection-level guards of `app`'s AppConfig: the request
+    head timeout and the connection bound (uvicorn itself has neither a timeout for a request's
+    headers nor a bound on idle connections). Pass it as `uvicorn.Config(app, http=...)`."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    config: AppConfig = app.state.config
+    metrics: Metrics = app.state.metrics
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._head_timer = None
+            self._head_for = None  # the cycle that was current when the timer was set
+            self._head_started = False
+            if config.max_connections is not None and len(self.connections) > config.max_connections:
+                metrics.connections_dropped.labels("too_many_connections").inc()
+                self.app = _too_many_connections  # this connection's requests: 503, then close
+            self._arm_head_timer()
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm_head_timer()  # the first byte of the next request on a kept-alive connection
+            self._head_started = self._head_started or bool(data)
+            super().data_received(data)
+            if self._head_timer is not None and self.cycle is not self._head_for:
+                self._head_timer.cancel()  # a new request's head is complete
+                self._head_timer = None
+
+        def connection_lost(self, exc) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            self._head_for, self._head_started = self.cycle, False
+            self._head_timer = self.loop.call_later(config.header_timeout_s, self._head_timed_out)
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.cycle is not self._head_for or self.transport.is_closing():
+                return
+            metrics.connections_dropped.labels("header_timeout").inc()
+            if self._head_started:  # part of a request came: say why it is dropped
+                body = json.dumps(error_body(f"request headers not received within {config.header_timeout_s:g} s",
+                                             "invalid_request_error", "request_timeout")).encode()
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+async def _too_many_connections(scope, receive, send) -> None:
+    r = error_response(503, "too many open connections; retry later", "server_error", "too_many_connections",
+                       headers={"Connection": "close", "Retry-After": "1"})
+    await r(scope, receive, send)
 
 
 # ----------------------------------------------------------------------------- the app
@@ -233,6 +367,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     app = FastAPI(title="voxserve", version="0.1.0", lifespan=lifespan)
     app.state.engine = engine
+    app.state.config = config
     app.state.metrics = metrics
     app.state.ready = ready
 
@@ -247,18 +382,19 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        errs = exc.errors()
-        first = errs[0] if errs else {}
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
-                        for e in errs[:5])
-        return error_response(422, msg or "invalid request body", "invalid_request_error", "invalid_schema",
-                              ".".join(loc) or None)
+        errs = exc.errors() or [{}]
+        if errs[0].get("type") == "json_invalid":  # its loc holds a character offset, not a field
+            why = (errs[0].get("ctx") or {}).get("error", "malformed")
+            return error_response(422, f"request body is not valid JSON: {why}", "invalid_request_error",
+                                  "invalid_json")
+        msgs = [f"{_field(e) or 'request body'}: {e.get('msg', 'invalid')}" for e in errs[:5]]
+        return error_response(422, "; ".join(msgs), "invalid_request_error", "invalid_schema", _field(errs[0]))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return error_response(exc.status_code, str(exc.detail), kind, {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code))
+        code = _HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "server_error")
+        return error_response(exc.status_code, str(exc.detail), kind, code)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
@@ -375,7 +511,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         finally:
             encoder.close()
         if chunks is None:
-            return Response(status_code=499)
+            return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
         if stream.timing.first_audio is not None:
             metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
         gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
@@ -400,8 +536,6 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         if req.model not in OPENAI_MODELS and req.model != MODEL_ID and req.model not in engine.voices:
             raise _BadRequest(f"unknown model {req.model!r}; use one of: {', '.join((MODEL_ID,) + OPENAI_MODELS)}",
                               "model", "model_not_found", status=404)
-        if not 0.25 <= req.speed <= 4.0:
-            raise InvalidOptionError("speed", f"must be between 0.25 and 4.0, got {req.speed}")
         voice = voice_for(req.voice, openai=True)
         options = SynthesisOptions(speed=req.speed)
         stream, encoder = await start(voice, req.input, options, req.response_format, streaming=True)
@@ -445,6 +579,16 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     app.add_middleware(_Guard, config=config, metrics=metrics)
     return app
+
+
+_HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+
+
+def _field(err: dict) -> str | None:
+    """The top-level request field a validation error is about (its loc also names union
+    members and list indexes below it); None for the body as a whole."""
+    loc = [x for x in err.get("loc", ()) if x != "body"]
+    return str(loc[0]) if loc and err.get("loc", ("",))[0] == "body" else None
 
 
 async def _until(stream: SpeechStream, deadline: float) -> AsyncIterator:

@@ -15,7 +15,17 @@ from prometheus_client import (
 class Metrics:
     def __init__(self, engine=None):
         self.registry = r = CollectorRegistry()
-        self.requests = Counter("voxserve_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.requests = Counter(
+            "voxserve_requests",
+            "HTTP requests by route and status; status 499 (nginx's 'client closed request') counts requests "
+            "whose client disconnected before the response was complete (an aborted upload or download), "
+            "which are never counted as 500",
+            ["route", "status"], registry=r)
+        self.connections_dropped = Counter(
+            "voxserve_connections_dropped",
+            "Connections the server closed before a request reached the app: reason header_timeout (no "
+            "complete request head in time) or too_many_connections (answered 503)",
+            ["reason"], registry=r)
         self.in_flight = Gauge("voxserve_in_flight_requests", "Synthesis requests being served", registry=r)
         self.queue_depth = Gauge("voxserve_queue_depth_sentences", "Sentences waiting for a batch", registry=r)
         self.batch_size = Histogram("voxserve_batch_size", "Sentences per batch", registry=r,

@@ -1,13 +1,14 @@
-"""Request and response bodies of the HTTP API (pydantic). Value checks that are about the
-voice or the options (speed range, unknown speaker, ...) are left to the library's own
-validation so that they come back as 400 with the library's message; the schema only rejects
-what is malformed (422)."""
+"""Request and response bodies of the HTTP API (pydantic). The schema checks types only, and
+strictly (a JSON number for a number, true/false for a boolean: `"speed": true` or
+`"stream": "yes"` is a 422, not a silent coercion); value checks (option ranges, unknown
+speaker, ...) are left to the library's own validation, the one place for bounds, so that they
+come back as 400 with the library's message."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 # OpenAI's voice names. They map to the server's default voice (the first --voice), since no
 # Piper voice is a copy of them; a client written for OpenAI then works unchanged.
@@ -28,11 +29,11 @@ class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1, max_length=200)
-    input: str
+    input: StrictStr
     voice: str = Field(min_length=1, max_length=200)
     response_format: ResponseFormat = "mp3"
-    speed: float = 1.0
-    """0.25 - 4.0 (checked by the handler: out of range is a 400, as OpenAI answers)."""
+    speed: StrictFloat = 1.0
+    """Its range is the library's (out of range is a 400, as OpenAI answers)."""
     instructions: str | None = None
     """Accepted and ignored: Piper voices take no style prompt."""
     stream_format: Literal["audio"] = "audio"
@@ -45,19 +46,19 @@ class SynthesizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str
+    text: StrictStr
     voice: str | None = Field(default=None, max_length=200)
     """A voice loaded on this server; None = the default voice."""
-    speaker: int | str | None = None
-    speed: float | None = None
-    noise_scale: float | None = None
-    noise_w: float | None = None
-    sentence_silence: float | None = None
-    seed: int | None = None
-    temperature: float | None = None
+    speaker: StrictInt | StrictStr | None = None
+    speed: StrictFloat | None = None
+    noise_scale: StrictFloat | None = None
+    noise_w: StrictFloat | None = None
+    sentence_silence: StrictFloat | None = None
+    seed: StrictInt | None = None
+    temperature: StrictFloat | None = None
     """Sampling temperature of token-generating voices (Bark; 0 = greedy); VITS voices ignore it."""
     response_format: ResponseFormat = "wav"
-    stream: bool = False
+    stream: StrictBool = False
     """True: chunked bytes as sentences are made; False: the whole file, with Content-Length."""
 
 
@@ -65,7 +66,9 @@ class ErrorBody(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: str | None = None
+    """The request field at fault (a top-level field name), or None when it is the request as a whole."""
+    code: str
+    """Machine-readable reason, always set (e.g. invalid_option, invalid_json, request_timeout)."""
 
 
 class ErrorResponse(BaseModel):
