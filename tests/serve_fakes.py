@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from voxserve.errors import UnknownSpeakerError, UnpronounceableTextError
+from voxserve.limits import DEFAULT_LIMITS
 from voxserve.options import SynthesisOptions
 from voxserve.text.frontend import check_text
 from voxserve.voice import Unit
@@ -18,6 +19,10 @@ class FakeVoice:
     hash, sentence index), so mixing between requests would show. `delay_s` per batch."""
 
     family = "fake"
+    limits = DEFAULT_LIMITS
+
+    def silence_after(self, options) -> float:
+        return float(options.sentence_silence or 0.0) if options else 0.0
 
     def __init__(self, name: str = "fake", sample_rate: int = 16000, delay_s: float = 0.0, speakers=("a", "b"),
                  concurrent_runs: bool = False):

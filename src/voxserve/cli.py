@@ -136,7 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import InvalidInputError, UnknownSpeakerError, UnknownVoiceError, VoiceLoadError, VoxserveError
+    from .errors import (
+        InvalidInputError,
+        UnknownSpeakerError,
+        UnknownVoiceError,
+        VoiceLoadError,
+        VoxserveError,
+    )
 
     ns = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * ns.verbose, format="%(levelname)s %(name)s: %(message)s")

@@ -539,3 +539,81 @@ def test_spill_takes_a_second_sentence_of_a_request_in_flight():
     assert s.schedule(0.0, max_items=1, spill=True) is None  # two in flight again
     s.complete(b3)
     assert [(it.request_id, it.index) for it in s.schedule(0.0, max_items=1, spill=True).items] == [("a", 3)]
+
+
+# ---------------------------------------------------------------- admission by time (pure parts)
+def test_queued_cost_per_voice_follows_add_requeue_schedule_and_cancel():
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_length_ratio=0))
+    add(s, "a", 3, cost=10, voice="v")
+    add(s, "b", 2, cost=7, voice="w")
+    assert (s.queued_cost_of("v"), s.queued_cost_of("w"), s.queued_cost_of("none")) == (30, 14, 0)
+    b = s.schedule(0.0, force=True)
+    assert s.queued_cost_of(b.voice) == {"v": 20, "w": 7}[b.voice]
+    s.requeue(b.items[0].request_id, b.items[0].index, 4, None, 0.0)  # a cut item's rest
+    assert s.queued_cost_of(b.voice) == {"v": 24, "w": 11}[b.voice]
+    s.complete(b)
+    s.cancel("a")
+    s.cancel("b")
+    assert s.queued_cost_of("v") == s.queued_cost_of("w") == 0 == s.queued_cost
+
+
+def test_throughput_is_a_ratio_of_weighted_sums():
+    from voxserve.engine.scheduler import Throughput
+
+    t = Throughput(weight=0.5)
+    assert t.seconds_per_cost is None and t.cost_per_s is None
+    t.add(100, 1.0)
+    assert t.cost_per_s == pytest.approx(100.0)
+    # with lanes a batch that ends right after another gets a tiny busy window: the figure
+    # moves towards the pair's joint rate, not to 100 / 0.001 (a mean of per-batch rates)
+    t.add(100, 0.001)
+    assert t.cost_per_s == pytest.approx((0.5 * 50 + 0.5 * 100) / (0.5 * 0.5 + 0.5 * 0.001))
+    t.add(0, 5.0)  # nothing done (a failed batch): no sample
+    assert t.cost_per_s == pytest.approx(75 / 0.2505)
+    for _ in range(40):  # the device slowed down: the old figure is forgotten
+        t.add(10, 1.0)
+    assert t.cost_per_s == pytest.approx(10.0, rel=1e-3)
+    with pytest.raises(ValueError):
+        Throughput(weight=0)
+
+
+def test_drain_seconds_uses_each_voices_speed_and_the_slowest_for_unmeasured_ones():
+    from voxserve.engine.scheduler import Throughput, drain_seconds
+
+    fast, slow = Throughput(), Throughput()
+    assert drain_seconds({"fast": 100}, {"fast": fast}) is None  # nothing measured: no figure
+    fast.add(1000, 1.0)
+    slow.add(10, 1.0)
+    assert drain_seconds({"fast": 500}, {"fast": fast}) == pytest.approx(0.5)
+    speed = {"fast": fast, "slow": slow, "new": Throughput()}
+    assert drain_seconds({"fast": 500, "slow": 20, "new": 10}, speed) == pytest.approx(0.5 + 2 + 1)
+    assert drain_seconds({}, speed) == 0.0
+
+
+def test_time_admission_pairwise_bound():
+    from voxserve.engine.scheduler import time_admission
+
+    inf = float("inf")
+    # nothing accepted: the wait is what is left of the batch in flight
+    a = time_admission(10.0, 3.0, 5.0, {}, in_flight_s=0.5)
+    assert a.admit and a.wait_s == 0.5
+    # a short new request waits for at most its own length of each longer request
+    acc = {"long": (20.0, inf), "short": (1.0, inf)}
+    a = time_admission(10.0, 3.0, 0.5, acc)
+    assert a.admit and a.wait_s == pytest.approx(0.5 + 0.5)
+    a = time_admission(10.0, 3.0, 4.0, acc)  # a longer one waits for the short one and 4 s of the long
+    assert not a.admit and a.wait_s == pytest.approx(1.0 + 4.0) and a.late_request is None
+    assert a.excess_s == pytest.approx(2.0) and a.retry_s == pytest.approx(2.0)
+    # an accepted request's deadline: it finishes by now + its work + min(others, its work)
+    acc = {"long": (10.0, 10.0 + 10.0 + 1.0 + 0.8), "short": (1.0, inf)}  # 0.8 s of slack
+    assert time_admission(10.0, 3.0, 0.5, acc).admit
+    a = time_admission(10.0, 3.0, 0.9, acc)
+    assert not a.admit and a.late_request == "long" and a.excess_s == pytest.approx(0.1)
+    assert a.retry_s == pytest.approx(11.0)  # room once "long" is done, by its bound
+    # with two lanes a request's own work runs on one lane (half the device's speed): its
+    # deadline and its finish bound both count it twice, and others' work still delays it
+    acc = {"long": (10.0, 10.0 + 2.0 + 2 * 10.0)}  # 2 s of slack + its work on one lane
+    assert time_admission(10.0, 3.0, 1.5, acc, lanes=2).admit  # 10 + 1.5 + 10 <= 22
+    a = time_admission(10.0, 3.0, 2.5, acc, lanes=2)
+    assert not a.admit and a.late_request == "long" and a.excess_s == pytest.approx(0.5)
+    assert a.retry_s == pytest.approx(20.0)

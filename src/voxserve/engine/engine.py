@@ -7,7 +7,9 @@ Threads:
   which feeds each request's sentences into the scheduler a few at a time (a lookahead window),
   so a 1,000-sentence text is not phonemised ahead of need and a cancelled one stops early.
 Callers (the asyncio side, tests) talk to it through `submit` / `cancel` and a `Sink` per
-request whose methods are called from those threads.
+request whose methods are called from those threads. `submit` admits by time: it refuses a
+request (OverloadedError) whose wait, or the delay it would cause accepted ones, passes
+`EngineConfig.max_queue_wait_s` at the device's measured speed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import EngineClosedError, OverloadedError, UnknownVoiceError
+from ..errors import AudioTooLongError, EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
 from ..runtime.cpu import (
     intra_op_threads,
@@ -33,9 +35,23 @@ from ..runtime.cpu import (
     set_thread_team,
     thread_teams,
 )
-from .scheduler import Batch, Scheduler, SchedulerConfig
+from ..voice import AudioBudget
+from .scheduler import (
+    Batch,
+    Scheduler,
+    SchedulerConfig,
+    Throughput,
+    TimeAdmission,
+    drain_seconds,
+    time_admission,
+)
 
 log = logging.getLogger(__name__)
+
+# Phoneme ids per character of text before a voice's front end has finished a request: measured
+# 2.1-2.2 for the corpus's English prose and 3.1 for its numbers and symbols with a Piper voice;
+# a request's own cost is then counted high rather than low.
+COST_PER_CHAR_PRIOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,15 @@ class EngineConfig:
     of a request that already has one in flight (the scheduler's "Spill"); the audio is put
     back in order before delivery. So a lone request's sentences run two at a time, each on
     one thread, instead of one at a time on every thread (see `_Worker`)."""
+    max_queue_wait_s: float = 20.0
+    """A new request is refused (OverloadedError, HTTP 429) when the work that may go before it
+    on its device would take longer than this at the device's measured speed, or when its work
+    would make an accepted request finish later than this plus that request's own synthesis
+    time under load (its work at one lane's speed: its deadline; the scheduler's "Admission by
+    time"). A request's own work is not part of its wait, so a text that takes longer than this
+    to synthesise is still served (refused only while others are ahead of it). Until the device
+    has run a batch (the server's warm-up sentence runs one before /ready) there is no speed to
+    go by, and only the sentence bound (`SchedulerConfig.max_queued_sentences`: memory) applies."""
 
     def validate(self) -> "EngineConfig":
         self.scheduler.validate()
@@ -95,6 +120,8 @@ class EngineConfig:
             raise ValueError("lane_nice must be in 0..19")
         if self.lone_team_max_cost < 0:
             raise ValueError("lone_team_max_cost must be >= 0 (0: no limit)")
+        if not 0.1 <= self.max_queue_wait_s <= 3600:
+            raise ValueError(f"max_queue_wait_s must be in 0.1..3600 seconds, not {self.max_queue_wait_s!r}")
         return self
 
 
@@ -126,6 +153,11 @@ class _RequestState:
     held: dict = field(default_factory=dict)  # index -> [(audio, text, partial)] that came early
     frontend_running: bool = False
     finished: bool = False
+    chars: int = 0  # length of the request's text
+    est_cost: float = 0.0  # its predicted cost (chars x the voice's cost per char) until the front end ends
+    produced_cost: int = 0  # the cost of the sentences its front end has queued
+    deadline: float = float("inf")  # monotonic: admission keeps its finish before it (inf: no speed known)
+    budget: AudioBudget | None = None  # the audio it has made, against its voice's limit
 
 
 class _Worker:
@@ -159,10 +191,18 @@ class _Worker:
     stream's first sentence still runs alone on every thread: first audio).
     """
 
-    def __init__(self, engine: "Engine", device: str, lanes: int = 1, threads: int = 1):
+    def __init__(self, engine: "Engine", device: str, lanes: int = 1, threads: int = 1,
+                 voices: Sequence[str] = ()):
         self.engine = engine
         self.device = device
+        self.voices = list(voices)
         self.scheduler = Scheduler(engine.config.scheduler)
+        # the device's speed per voice and each voice's cost per character (see `admission`)
+        self.speed: dict[str, Throughput] = {v: Throughput() for v in self.voices}
+        self._cost_per_char: dict[str, list[float]] = {}  # voice -> [weighted cost, weighted chars]
+        self.running_cost: dict[str, int] = {}  # cost of the batches in flight, per voice
+        self._busy_from = 0.0  # when the device last went from idle to busy (monotonic)
+        self._last_done = 0.0  # when its last batch ended
         self.cond = threading.Condition()
         self.lanes = max(1, lanes)
         self.threads = max(1, threads)  # intra-op threads each class of lanes shares
@@ -203,10 +243,82 @@ class _Worker:
         peers = self._peers(lane)
         return (lane == peers[0] or self._team[peers[0]] > 0) and sum(self._team[k] for k in peers) < self.threads
 
+    # ---------------------------------------------------------------- speed and work (lock held)
+    def _started(self, batch: Batch) -> None:
+        if self.running_batch == 0:
+            self._busy_from = time.monotonic()
+        self.running_batch += len(batch)
+        self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) + batch.cost
+
+    def _ended(self, batch: Batch, done_cost: int | None) -> None:
+        """A batch is over; done_cost: the work it did (None: it failed, no measurement). Its
+        device seconds are the busy time since the previous batch ended (or the device went
+        busy), so with several lanes overlapping batches are not counted twice."""
+        self.running_batch -= len(batch)
+        self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) - batch.cost
+        t = time.monotonic()
+        if done_cost:
+            self.speed.setdefault(batch.voice, Throughput()).add(done_cost, t - max(self._last_done, self._busy_from))
+        self._last_done = t
+
+    def cost_per_char(self, voice: str) -> float:
+        c = self._cost_per_char.get(voice)
+        return c[0] / c[1] if c else COST_PER_CHAR_PRIOR
+
+    def _learn_cost_per_char(self, voice: str, chars: int, cost: int) -> None:
+        if chars <= 0 or cost <= 0:
+            return
+        c = self._cost_per_char.setdefault(voice, [0.0, 0.0])
+        c[0], c[1] = 0.8 * c[0] + 0.2 * cost, 0.8 * c[1] + 0.2 * chars  # a ratio of sums: long texts weigh more
+
+    def work_ahead(self) -> dict[str, float]:
+        """The cost a new request would find ahead of it, per voice: queued sentences, half the
+        batches in flight (on average half done), and what accepted requests' front ends have
+        not queued yet (predicted from their text's length). A new request does not count: its
+        wait is the time before its own work, and a text longer than the bound must be servable."""
+        work = {v: float(self.scheduler.queued_cost_of(v)) for v in self.voices}
+        for v, c in self.running_cost.items():
+            work[v] = work.get(v, 0.0) + 0.5 * c
+        for r in self.engine._requests.values():
+            if r.worker is self and r.total is None and not r.finished:
+                work[r.voice] = work.get(r.voice, 0.0) + max(0.0, r.est_cost - r.produced_cost)
+        return work
+
+    def wait_estimate(self) -> float | None:
+        """Seconds the device needs for all the work ahead (None: no batch measured yet)."""
+        return drain_seconds(self.work_ahead(), self.speed)
+
+    def _seconds_per_cost(self) -> dict[str, float] | None:
+        """Each voice's seconds per unit of cost on this device (one not measured yet: the
+        slowest measured); None before any batch."""
+        known = {v: t.seconds_per_cost for v, t in self.speed.items() if t.seconds_per_cost is not None}
+        if not known:
+            return None
+        slowest = max(known.values())
+        return {v: known.get(v, slowest) for v in self.voices}
+
+    def admission(self, voice: str, cost: float, now: float) -> tuple[TimeAdmission, float] | None:
+        """The time test for a new request of `cost` (see EngineConfig.max_queue_wait_s), and its
+        own synthesis time under load (its work on one lane); None before any batch was measured."""
+        spc = self._seconds_per_cost()
+        if spc is None:
+            return None
+        accepted = {}
+        for r in self.engine._requests.values():
+            if r.worker is self and not r.finished:
+                left = self.scheduler.pending_cost(r.id)
+                if r.total is None:
+                    left += max(0.0, r.est_cost - r.produced_cost)
+                accepted[r.id] = (left * spc[r.voice], r.deadline)
+        in_flight = sum(0.5 * c * spc[v] for v, c in self.running_cost.items())  # on average half done
+        own = cost * spc[voice]
+        adm = time_admission(now, self.engine.config.max_queue_wait_s, own, accepted, in_flight, self.lanes)
+        return adm, self.lanes * own
+
     def _claim(self, lane: int, batch: Batch, now: float) -> int:
         """Threads for a lane's batch (lock held): every free one if nothing else is waiting
         and no other lane runs, else the lane's share."""
-        self.running_batch += len(batch)
+        self._started(batch)
         if self.lanes == 1:
             return 0
         peers = self._peers(lane)
@@ -270,7 +382,7 @@ class _Worker:
             batch = self.scheduler.schedule(time.monotonic() if now is None else now, force=force)
             if batch is None:
                 return None
-            self.running_batch += len(batch)
+            self._started(batch)
         self._run_and_update(batch)
         return batch
 
@@ -288,19 +400,19 @@ class _Worker:
             error = e
         dt = time.perf_counter() - t0
         if error is None:
-            audio_s = sum(len(a) for a, _ in results) / voice.sample_rate
+            audio_s = sum(len(a) for a, _ in results if not isinstance(a, BaseException)) / voice.sample_rate
             with eng._stats_lock:
                 eng.sentences_run += sum(rest is None for _, rest in results)
                 eng.batches_run += 1
-                rate = batch.cost / max(dt, 1e-6)  # phoneme ids per second, for Retry-After
-                eng._recent_cost_rate = rate if not eng._recent_cost_rate else 0.8 * eng._recent_cost_rate + 0.2 * rate
             if eng.observer is not None:
                 eng.observer.on_batch(batch.voice, len(batch), batch.cost, dt, audio_s)
         # update: deliver in order, under the lock so that cancel() cannot interleave
         resume = []
         with self.cond:
             self.scheduler.complete(batch, dt)  # the voice's device time: voices share the device fairly
-            self.running_batch -= len(batch)
+            # the work done: a cut item's rest is queued again and counted when it runs
+            done = None if error is not None else batch.cost - sum(rest.cost for _, rest in results if rest is not None)
+            self._ended(batch, done)
             if lane is not None:
                 self._team[lane] = 0
             for k, it in enumerate(batch.items):
@@ -311,6 +423,14 @@ class _Worker:
                     eng._fail(r, error)
                     continue
                 audio, rest = results[k]
+                if isinstance(audio, BaseException):  # this sentence alone failed (over its limit)
+                    eng._fail(r, audio)
+                    continue
+                try:
+                    r.budget.add(len(audio), sentence_start=not it.continues)
+                except AudioTooLongError as e:
+                    eng._fail(r, e)
+                    continue
                 text = "" if it.continues else getattr(it.payload, "text", "")
                 if rest is not None:  # a piece: the rest goes back to the front of its queue
                     if any(x.request_id == it.request_id for x in batch.items[k + 1 :]):
@@ -352,7 +472,7 @@ class Engine:
             on.setdefault(str(getattr(v, "device", "cpu")), []).append(name)
         for dev, names in on.items():
             lanes, threads = self._lanes(dev, [self.voices[n] for n in names])
-            self._workers[dev] = _Worker(self, dev, lanes, threads)
+            self._workers[dev] = _Worker(self, dev, lanes, threads, names)
             for name in names:
                 self._worker_of[name] = self._workers[dev]
         self._requests: dict[int, _RequestState] = {}
@@ -483,25 +603,50 @@ class Engine:
         w = self._worker_of[voice_name]
         with w.cond:
             waiting = sum(1 for r in self._requests.values() if r.worker is w and r.produced == 0)
-            if w.scheduler.queued + waiting >= w.scheduler.config.max_queued_sentences:
+            if w.scheduler.queued + waiting >= w.scheduler.config.max_queued_sentences:  # memory
                 raise OverloadedError(
                     f"the server is busy ({w.scheduler.queued} sentences queued); retry later",
-                    retry_after_s=self._retry_after(w))
+                    retry_after_s=min(60.0, max(1.0, w.wait_estimate() or 1.0)))
+            # the front end runs later: the request's own cost is predicted from its length
+            est = len(text) * w.cost_per_char(voice_name)
+            now = time.monotonic()
+            adm = w.admission(voice_name, est, now)
+            bound = self.config.max_queue_wait_s
+            if adm is not None and not adm[0].admit:
+                a = adm[0]
+                why = (f"its wait would be about {a.wait_s:.1f} s" if a.late_request is None
+                       else "it would delay accepted requests past their deadlines")
+                raise OverloadedError(f"the server is busy ({why}; the bound is {bound:g} s); retry later",
+                                      retry_after_s=min(60.0, max(1.0, a.retry_s)))
             rid = next(self._ids)
             w.scheduler.add_request(rid, voice_name, streaming=streaming)
-            r = _RequestState(rid, voice_name, units, sink, w, frontend_running=True)
+            r = _RequestState(rid, voice_name, units, sink, w, frontend_running=True, chars=len(text), est_cost=est,
+                              deadline=float("inf") if adm is None else now + bound + adm[1],
+                              budget=AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)))
             self._requests[rid] = r
         self._start_frontend(r)
         return rid
 
-    def _retry_after(self, w: _Worker) -> float:
-        """Seconds until the queue has room, from the recent throughput (at least 1)."""
-        rate = self._recent_cost_rate
-        if not rate:
-            return 1.0
-        return min(60.0, max(1.0, w.scheduler.queued_cost / rate))
+    def queue_wait_s(self, voice_name: str, text: str | None = None) -> float | None:
+        """The estimated wait of a request submitted now for this voice: for `text`, the work
+        that may go before it (as admission computes it); without, the time the voice's device
+        needs for all the work ahead. None before the device has run a batch (until then only
+        the sentence bound applies)."""
+        self.voice(voice_name)  # UnknownVoiceError
+        w = self._worker_of[voice_name]
+        with w.cond:
+            if text is None:
+                return w.wait_estimate()
+            adm = w.admission(voice_name, len(text) * w.cost_per_char(voice_name), time.monotonic())
+            return None if adm is None else adm[0].wait_s
 
-    _recent_cost_rate = 0.0
+    def cost_per_s(self, voice_name: str) -> float | None:
+        """The measured speed of the voice's device (phoneme ids per busy second), if any."""
+        self.voice(voice_name)
+        w = self._worker_of[voice_name]
+        with w.cond:
+            t = w.speed.get(voice_name)
+            return t.cost_per_s if t is not None else None
 
     def cancel(self, request_id: int) -> None:
         """Drop a request: its queued sentences are never synthesised; no more callbacks."""
@@ -549,6 +694,7 @@ class Engine:
                 except StopIteration:
                     with w.cond:
                         r.total = r.produced
+                        w._learn_cost_per_char(r.voice, r.chars, r.produced_cost)
                         w.scheduler.input_done(r.id)
                         r.frontend_running = False
                         self._maybe_finish(r)
@@ -560,6 +706,7 @@ class Engine:
                     w.scheduler.add_item(r.id, unit.index, unit.cost, unit, time.monotonic())
                     r.order.append(unit.index)
                     r.produced += 1
+                    r.produced_cost += max(int(unit.cost), 1)
                     w.cond.notify_all()
         except Exception as e:  # UnpronounceableTextError, or a front-end failure
             with w.cond:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..engine.engine import EngineConfig
 from ..engine.scheduler import SchedulerConfig
+from ..limits import Limits
 from ..voices.registry import DEFAULT_VOICE
 from .app import AppConfig
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 _SCHED = SchedulerConfig()
 _APP = AppConfig()
 _ENG = EngineConfig()
+_LIM = Limits()
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,14 @@ class ServeSettings:
     """Sentences queued before new requests get 429."""
     max_input_chars: int = _APP.max_input_chars
     max_body_bytes: int = _APP.max_body_bytes
+    max_audio_seconds: float = _LIM.max_audio_seconds
+    """Audio one request may make; a request that would make more is refused (413)."""
+    max_sentence_audio_seconds: float = _LIM.max_sentence_audio_seconds
+    """Audio one sentence may make (413 beyond)."""
+    read_timeout: float = _APP.body_timeout_s
+    """Seconds a client has to send a request's body; its headers get at most 10 s of it."""
+    max_connections: int = _APP.max_connections
+    """Open connections beyond this get 503."""
     api_key: str | None = None
     shutdown_timeout: float = _APP.shutdown_timeout_s
     threads: int | None = None
@@ -65,6 +75,8 @@ class ServeSettings:
     """With several lanes: a lone request's sentences after its first run two at a time."""
     lone_team_max_cost: int = _ENG.lone_team_max_cost
     """With several lanes: the largest lone batch (phoneme ids) that runs on every thread."""
+    max_queue_wait: float = _ENG.max_queue_wait_s
+    """Seconds of work queued ahead of a new request (at the measured speed) beyond which it gets 429."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
@@ -76,11 +88,21 @@ class ServeSettings:
     def engine_config(self) -> EngineConfig:
         return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes, lane_batch_size=self.lane_batch_size,
                             urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice,
-                            spill=self.spill, lone_team_max_cost=self.lone_team_max_cost).validate()
+                            spill=self.spill, lone_team_max_cost=self.lone_team_max_cost,
+                            max_queue_wait_s=self.max_queue_wait).validate()
 
     def app_config(self) -> AppConfig:
+        if self.read_timeout <= 0 or self.max_connections < 1:
+            raise ValueError("read_timeout must be over 0 s and max_connections at least 1")
         return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
-                         max_body_bytes=self.max_body_bytes, shutdown_timeout_s=self.shutdown_timeout)
+                         max_body_bytes=self.max_body_bytes, shutdown_timeout_s=self.shutdown_timeout,
+                         header_timeout_s=min(_APP.header_timeout_s, self.read_timeout),
+                         body_timeout_s=self.read_timeout, max_connections=self.max_connections)
+
+    def limits(self) -> Limits:
+        """The work bound every loaded voice applies."""
+        return Limits(max_audio_seconds=self.max_audio_seconds,
+                      max_sentence_audio_seconds=self.max_sentence_audio_seconds).validate()
 
 
 _HELP = {
@@ -94,10 +116,17 @@ _HELP = {
     "max_batch_phonemes": "phoneme ids per batch",
     "max_wait_ms": "longest a sentence waits for companions before its batch starts",
     "max_queue": "queued sentences beyond which new requests get 429",
+    "max_queue_wait": "seconds a new request would wait for the work queued ahead of it (at the measured "
+                      "speed) beyond which it gets 429 (0.1..3600)",
     "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
     "aging_per_s": "phonemes of priority a waiting request gains per second (0: shortest work first)",
     "max_input_chars": "longest input accepted (413 beyond)",
     "max_body_bytes": "largest request body accepted (413 beyond)",
+    "max_audio_seconds": "seconds of audio one request may make (413 beyond)",
+    "max_sentence_audio_seconds": "seconds of audio one sentence may make (413 beyond)",
+    "read_timeout": "seconds a client has to send a request's body, and at most 10 of them for its headers; "
+                    "a slower client gets 408 and is disconnected",
+    "max_connections": "open connections beyond which new ones get 503 (idle ones included)",
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",
@@ -132,9 +161,10 @@ def boolean(raw: str) -> bool:
 # settings that are numbers or booleans (the others are strings, and `voices` a list); flags and
 # environment variables both convert through this
 _TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
-          "max_input_chars": int, "max_body_bytes": int, "threads": int, "lanes": int, "lane_batch_size": int,
+          "max_input_chars": int, "max_body_bytes": int, "max_connections": int, "threads": int, "lanes": int, "lane_batch_size": int,
           "urgent_max_cost": int, "lane_nice": int, "lone_team_max_cost": int,
-          "max_wait_ms": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float,
+          "max_wait_ms": float, "max_queue_wait": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float,
+          "max_audio_seconds": float, "max_sentence_audio_seconds": float, "read_timeout": float,
           "spill": boolean}
 
 
@@ -148,6 +178,9 @@ def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
     kw = {}
     for f in fields(ServeSettings):
         v = getattr(ns, f.name, None)
+        if f.name == "api_key" and v is not None and not v.strip():
+            # an empty flag would otherwise switch authentication off, over VOXSERVE_API_KEY too
+            raise ValueError("--api-key is empty: give a key, or leave the flag out (VOXSERVE_API_KEY applies)")
         if v is not None and v != []:
             kw[f.name] = tuple(v) if f.name == "voices" else v
             continue
@@ -204,7 +237,8 @@ def load_voices(settings: ServeSettings) -> dict:
         if from_path and (Path(source).expanduser() / "config.json").is_file():
             raise ValueError(f"{source} is a directory: for a Bark checkpoint use --voice bark:{source}")
         src = resolve_voice(source)  # the operator's command line: paths allowed here
-        v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime)
+        v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime,
+                       limits=settings.limits())
         if name is not None:
             v.name = name
         if v.name in voices:
@@ -226,21 +260,27 @@ def build_engine(settings: ServeSettings):
 def cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app
+    from ..errors import VoiceLoadError
+    from .app import create_app, http_protocol
 
     settings = settings_from(ns)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
-    engine = build_engine(settings)
     app_config = settings.app_config()
+    try:
+        engine = build_engine(settings)
+    except (VoiceLoadError, FileNotFoundError) as e:
+        # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag
+        raise ValueError(str(e)) from None
     if ns.no_warmup:
         from dataclasses import replace
 
         app_config = replace(app_config, warmup=False)
     app = create_app(engine, app_config)
+    _raise_fd_limit(app_config.max_connections + 256)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if ns.verbose else "warning",
                             timeout_graceful_shutdown=int(max(1, settings.shutdown_timeout)),
-                            limit_concurrency=None, access_log=bool(ns.verbose))
+                            http=http_protocol(app), access_log=bool(ns.verbose))
     server = uvicorn.Server(config)
     lanes = ", ".join(f"{dev}: {n}{f' (+{n} urgent)' if engine.urgent_lanes[dev] else ''}"
                       for dev, n in engine.lanes.items())
@@ -248,3 +288,21 @@ def cmd_serve(ns: argparse.Namespace) -> int:
           f"(batches at once per device: {lanes})", flush=True)
     server.run()
     return 0
+
+
+def _raise_fd_limit(needed: int) -> None:
+    """Lift the soft open-files limit (often 1024) toward `needed`, within the hard limit, so that
+    --max-connections, not EMFILE, is what bounds connections."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            return
+    if want < needed:
+        log.warning("the open-files limit (%d) is below what --max-connections needs (%d)", want, needed)
