@@ -21,6 +21,7 @@ from .errors import UnknownSpeakerError, UnpronounceableTextError
 from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
 from .text.frontend import TextFrontend, check_text
+from .text.split import split_sentences
 
 MAX_BATCH_SENTENCES = 16
 MAX_BATCH_COST = 4096  # phoneme ids per batch
@@ -59,15 +60,24 @@ class PendingResult:
         return self._audios
 
 
-def limited(units: Iterator[Unit], limits: Limits, silence_s: float = 0.0) -> Iterator[Unit]:
+def limited(units: Iterator[Unit], limits: Limits, sentences: Sequence[str] = (),
+            silence_s: float = 0.0) -> Iterator[Unit]:
     """`units`, refusing the request (AudioTooLongError) once their predicted audio, with the
     silence between sentences, passes the request's limit: before the model runs on the
-    sentence that passes it."""
-    total = 0.0
-    for u in units:
-        total += u.seconds + (silence_s if u.index else 0.0)
-        limits.check_request(total, predicted=True)
-        yield u
+    sentence that passes it. The silence alone is checked now, from `sentences` (the text split,
+    before phonemes), counting those with a letter or digit."""
+    if silence_s:
+        spoken = sum(1 for s in sentences if any(ch.isalnum() for ch in s))
+        limits.check_request((spoken - 1) * silence_s, predicted=True)
+
+    def gen() -> Iterator[Unit]:
+        total = 0.0
+        for u in units:
+            total += u.seconds + (silence_s if u.index else 0.0)
+            limits.check_request(total, predicted=True)
+            yield u
+
+    return gen()
 
 
 class AudioBudget:
@@ -302,7 +312,9 @@ class VitsVoice(Voice):
             if n == 0:
                 raise UnpronounceableTextError(text)
 
-        return limited(gen(), self.limits, self.silence_after(opts))
+        silence = self.silence_after(opts)
+        split = split_sentences(self.frontend.normalize(text)) if silence else ()
+        return limited(gen(), self.limits, split, silence)
 
     # A low estimate of the audio per phoneme id at length scale 1 (Piper voices make
     # 0.024-0.047 s per id over ordinary sentences): predictions refuse only clear excess.

@@ -222,3 +222,11 @@ def test_cli_missing_voice_file_exits_2(tmp_path, capsys):
     rc = main(["say", "Hello.", "--voice", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "x.wav")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "missing.onnx" in err and len(err.splitlines()) == 1, err
+
+
+def test_silence_over_the_request_limit_is_refused_before_any_synthesis(tiny_voice_path):
+    voice = voxserve.load_voice(str(tiny_voice_path), device="cpu", limits=Limits(max_audio_seconds=60.0))
+    voice.runner.run_pieces = None  # any synthesis would fail with a TypeError
+    with pytest.raises(AudioTooLongError, match="max_audio_seconds"):
+        voice.units("Go. " * 8, SynthesisOptions(sentence_silence=10.0))
+    assert len(list(voice.units("Go. ... ... ...", SynthesisOptions(sentence_silence=10.0)))) == 1

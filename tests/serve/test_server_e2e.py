@@ -26,7 +26,7 @@ def tiny_env(tiny_voice_path):
 @pytest.fixture(scope="module")
 def server(tiny_env):
     s = ServerProcess(["--voice", "en_US-joe-medium", "--voice", "tiny-multi", "--max-batch-size", "4",
-                "--max-queue", "1024"], env=tiny_env)
+                "--max-queue", "1024", "--max-queue-wait", "3600"], env=tiny_env)  # all accepted: it tests mixing
     yield s
     s.stop()
 

@@ -309,7 +309,9 @@ class BarkVoice(Voice):
             if n == 0:
                 raise UnpronounceableTextError(text)
 
-        return limited(gen(), self.limits, self.silence_after(opts))
+        silence = self.silence_after(opts)
+        split = split_sentences(normalize_bark_text(text)) if silence else ()
+        return limited(gen(), self.limits, split, silence)
 
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (), on_early=None) -> list[np.ndarray]:
         # no early heads: a Bark sentence's audio comes out of three generation stages at once
