@@ -20,9 +20,10 @@ from .errors import (
     VoiceLoadError,
     VoxserveError,
 )
+from .families import Family, family_for_source, register_family
+from .families.piper.options import RuntimeOptions
 from .limits import Limits
 from .options import DETERMINISTIC, SynthesisOptions
-from .runtime.options import RuntimeOptions
 from .voice import Voice
 from .voices.registry import DEFAULT_VOICE, available_voices, register_voice, resolve_voice
 
@@ -33,7 +34,7 @@ __all__ = [
     "load_voice", "available_voices", "register_voice", "DEFAULT_VOICE",
     "VoxserveError", "InvalidInputError", "InvalidOptionError", "EmptyTextError",
     "UnpronounceableTextError", "UnknownVoiceError", "UnknownSpeakerError", "VoiceLoadError",
-    "AudioTooLongError", "Limits",
+    "AudioTooLongError", "Limits", "Family", "register_family",
 ]
 
 
@@ -46,31 +47,23 @@ def load_voice(
     max_phonemes: int | None = None,
     limits: Limits | None = None,
 ) -> Voice:
-    """Load a voice by registry name (default: en_US-joe-medium) or by path
-    ("bark:DIR" for a local Bark checkpoint directory).
+    """Load a voice by registry name (default: en_US-joe-medium) or by path (a Piper .onnx,
+    or PREFIX:PATH, e.g. "bark:DIR" for a local Bark checkpoint directory). The voice's family
+    (voxserve.families) loads it.
 
     device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
     dtype: None/"fp32"; "bf16" (the decoder in bf16: CUDA, or a CPU with AVX512-BF16/AMX); "fp16" on CUDA.
-    runtime: RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a
-    RuntimeOptions of which only `offload` and `threads` apply (the rest is VITS-specific).
+    runtime: the family's options (`voxserve.families.get_family(name).options_type`):
+    RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a RuntimeOptions
+    of which only `offload` and `threads` apply (the rest is VITS-specific).
+    max_phonemes: Piper voices' longest sentence in phonemes (other families ignore it).
     limits: how much audio one request may make (voxserve.limits.Limits; default 2 min per
     sentence, 30 min per request).
     """
     limits = (limits or Limits()).validate()
     src = resolve_voice(name_or_path)
-    if src.family == "bark":
-        from .voices.bark import BarkRuntimeOptions, load_bark_voice
-
-        if isinstance(runtime, RuntimeOptions):
-            runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
-        voice = load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
-    elif src.family == "piper":
-        from .voices.piper import load_piper_voice
-
-        kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
-        voice = load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
-                                 runtime=runtime, **kwargs)
-    else:
-        raise VoiceLoadError(f"unknown voice family {src.family!r} for {src.name!r}")
+    family = family_for_source(src)
+    kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
+    voice = family.load(src, device=device, dtype=dtype, runtime=runtime, **kwargs)
     voice.limits = limits
     return voice

@@ -8,8 +8,8 @@ from conftest import TEXTS
 
 import voxserve
 from voxserve import SynthesisOptions
-from voxserve.models.bark import BarkSdpaSelfAttention, bark_attention_modules, set_bark_attention
-from voxserve.voices.bark import BarkRuntimeOptions, load_bark_voice
+from voxserve.families.bark.model import BarkSdpaSelfAttention, bark_attention_modules, set_bark_attention
+from voxserve.families.bark.voice import BarkRuntimeOptions, load_bark_voice
 
 
 @pytest.fixture(scope="module")

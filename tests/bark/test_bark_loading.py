@@ -12,7 +12,7 @@ import pytest
 import voxserve
 from voxserve import SynthesisOptions
 from voxserve.errors import UnknownSpeakerError, VoiceLoadError
-from voxserve.voices.bark import BarkRuntimeOptions, BarkVoiceConfig, load_bark_voice
+from voxserve.families.bark.voice import BarkRuntimeOptions, BarkVoiceConfig, load_bark_voice
 
 
 def test_loads_through_load_voice(bark_voice, tiny_bark_dir):
@@ -109,7 +109,7 @@ def test_unknown_default_speaker(tiny_bark_dir):
 def test_preset_files_missing_are_left_out(tiny_bark_dir, tmp_path, caplog):
     d = _copy(tiny_bark_dir, tmp_path / "ckpt")
     (d / "speaker_embeddings" / "v2" / "en_speaker_1_fine_prompt.npy").unlink()
-    with caplog.at_level(logging.WARNING, logger="voxserve.voices.bark"):
+    with caplog.at_level(logging.WARNING, logger="voxserve.families.bark.voice"):
         v = load_bark_voice(d, device="cpu")
     assert v.speakers == ["announcer", "v2/en_speaker_0"]
     assert "en_speaker_1" in caplog.text

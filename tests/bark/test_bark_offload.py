@@ -11,9 +11,9 @@ import torch
 from conftest import TEXTS
 
 import voxserve
-from voxserve.runtime.bark_runner import OFFLOAD_GROUPS
+from voxserve.families.bark.runner import OFFLOAD_GROUPS
+from voxserve.families.bark.voice import BarkRuntimeOptions, load_bark_voice
 from voxserve.runtime.offload import WeightOffloader
-from voxserve.voices.bark import BarkRuntimeOptions, load_bark_voice
 
 
 def _devices(module: torch.nn.Module) -> set[str]:
@@ -39,7 +39,7 @@ def _record_residency(runner, seen: dict):
 
 
 def test_offload_is_a_noop_on_cpu(tiny_bark_dir, bark_voice, caplog):
-    with caplog.at_level(logging.WARNING, logger="voxserve.runtime.bark_runner"):
+    with caplog.at_level(logging.WARNING, logger="voxserve.families.bark.runner"):
         v = load_bark_voice(tiny_bark_dir, device="cpu", runtime=BarkRuntimeOptions(offload=True))
     assert "offload (enable_cpu_offload) has no effect on cpu" in caplog.text
     assert not v.runner.offload and v.runner.offloader is None
@@ -50,7 +50,7 @@ def test_offload_is_a_noop_on_cpu(tiny_bark_dir, bark_voice, caplog):
 
 
 def test_load_voice_takes_offload_from_runtime_options(tiny_bark_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="voxserve.runtime.bark_runner"):
+    with caplog.at_level(logging.WARNING, logger="voxserve.families.bark.runner"):
         voxserve.load_voice(f"bark:{tiny_bark_dir}", device="cpu", runtime=voxserve.RuntimeOptions(offload=True))
     assert "has no effect on cpu" in caplog.text
 

@@ -24,7 +24,7 @@ from voxserve import SynthesisOptions
 from voxserve.audio import float_to_int16
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.errors import UnknownSpeakerError
-from voxserve.runtime.bark_runner import BarkItem
+from voxserve.families.bark.runner import BarkItem
 from voxserve.serve.app import AppConfig, create_app
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)

@@ -6,7 +6,7 @@ import pytest
 
 from voxserve import SynthesisOptions
 from voxserve.errors import EmptyTextError, InvalidOptionError, UnpronounceableTextError
-from voxserve.voices.bark import CHARS_PER_SECOND, normalize_bark_text, speech_weight
+from voxserve.families.bark.voice import CHARS_PER_SECOND, normalize_bark_text, speech_weight
 
 
 def test_long_text_is_split_under_the_window(bark_voice):

@@ -7,8 +7,8 @@ import pytest
 from audio_compare import BATCH_ATOL
 
 import voxserve
-from voxserve.runtime.options import RuntimeOptions
-from voxserve.runtime.vits_runner import decoder_gap_frames, decoder_receptive_field_frames
+from voxserve.families.piper.options import RuntimeOptions
+from voxserve.families.piper.runner import decoder_gap_frames, decoder_receptive_field_frames
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 from audio_compare import BATCH_ATOL
 
 import voxserve
-from voxserve.runtime.vits_runner import VitsRunner, synth_context_frames
+from voxserve.families.piper.runner import VitsRunner, synth_context_frames
 
 SEEDED = voxserve.SynthesisOptions(seed=11)  # noise on: the split must not change it
 

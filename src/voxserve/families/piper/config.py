@@ -8,7 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..errors import VoiceLoadError
+from ...errors import VoiceLoadError
 
 
 @dataclass(frozen=True)

@@ -8,20 +8,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import VoiceLoadError
-from ..models.vits import VitsModel, attention_modules
-from ..runtime.cpu import tune_malloc
-from ..runtime.device import resolve_device, resolve_dtype
-from ..runtime.layout import convert_convs_channels_last, convert_convs_gemm
-from ..runtime.options import RuntimeOptions
-from ..runtime.precision import PrecisionPolicy, apply_precision
-from ..runtime.transforms import fold_resblock_average
-from ..runtime.vits_runner import VitsRunner
-from ..text.frontend import DEFAULT_MAX_PHONEMES, TextFrontend
-from ..voice import VitsVoice
+from ...errors import VoiceLoadError
+from ...runtime.cpu import tune_malloc
+from ...runtime.device import resolve_device, resolve_dtype
+from ...runtime.layout import convert_convs_channels_last, convert_convs_gemm
+from ...text.frontend import DEFAULT_MAX_PHONEMES, TextFrontend
 from .cache import load_cached
 from .config import VoiceConfig
+from .model import VitsModel, attention_modules
 from .onnx_import import read_piper_onnx
+from .options import RuntimeOptions
+from .precision import PrecisionPolicy, apply_precision
+from .runner import VitsRunner
+from .transforms import fold_resblock_average
+from .voice import VitsVoice
 
 log = logging.getLogger(__name__)
 

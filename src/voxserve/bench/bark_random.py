@@ -65,7 +65,7 @@ def random_bark_model(size: str = "small", max_semantic_tokens: int = 256, seed:
 def random_bark_voice(size: str = "small", max_semantic_tokens: int = 256, device: str = "auto",
                       dtype: str | None = None, runtime=None, config=None, seed: int = 0) -> Voice:
     """A BarkVoice over random_bark_model(...), through the same code as a loaded checkpoint."""
-    from .bark import BarkRuntimeOptions, bark_voice_from_model
+    from ..families.bark.voice import BarkRuntimeOptions, bark_voice_from_model
 
     runtime = (runtime or BarkRuntimeOptions()).validate()
     attn = "flash_attention_2" if runtime.attention == "flash_attention_2" else "eager"

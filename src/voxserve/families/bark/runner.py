@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .offload import ResidentWeights, WeightOffloader, module_bytes
+from ...runtime.offload import ResidentWeights, WeightOffloader, module_bytes
 
 log = logging.getLogger(__name__)
 

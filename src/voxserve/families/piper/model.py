@@ -648,7 +648,7 @@ class Generator(nn.Module):
         self.conv_post = nn.Conv1d(ch, 1, 7, 1, padding=3, bias=False)
         if dims.gin_channels:
             self.cond = nn.Conv1d(dims.gin_channels, uic, 1)
-        # True once runtime.transforms.fold_resblock_average has moved the 1/num_kernels of
+        # True once transforms.fold_resblock_average has moved the 1/num_kernels of
         # the resblock average into the next convolution's weights
         self.average_folded = False
 
@@ -700,7 +700,7 @@ class VitsModel(nn.Module):
         ids [B, T] int64, lengths [B], g [B, gin, 1] | None,
         dur_noise [B, 2, T] (standard normal x noise_w; zeros = deterministic), length_scale [B].
         Returns m_p, logs_p [B, C, T], x_mask [B, 1, T], durations [B, T] (frames, float).
-        Each submodule runs in its own parameters' dtype (see runtime/precision.py).
+        Each submodule runs in its own parameters' dtype (see families/piper/precision.py).
         """
         enc_dt, dp_dt = dtype_of(self.enc_p), dtype_of(self.dp)
         x_mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(enc_dt)

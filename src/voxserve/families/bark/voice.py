@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
-from ..options import SynthesisOptions
-from ..text.frontend import check_text
-from ..text.normalize import normalize_unicode
-from ..text.split import split_long, split_sentences
-from ..voice import Unit, Voice, limited, sentence_seed
+from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
+from ...options import SynthesisOptions
+from ...text.frontend import check_text
+from ...text.normalize import normalize_unicode
+from ...text.split import split_long, split_sentences
+from ...voice import Unit, Voice, limited, sentence_seed
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ class BarkVoice(Voice):
         return max(1, COST_PER_CHAR * speech_weight(text))
 
     def _item(self, text: str, speaker: str | None, temps: tuple[float, float, float], seed: int):
-        from ..runtime.bark_runner import BarkItem
+        from .runner import BarkItem
 
         return BarkItem(text, speaker, temps, seed)
 
@@ -405,8 +405,8 @@ def bark_voice_from_model(
     options (attention, dtype, offload) and the voice defaults."""
     import torch
 
-    from ..models.bark import set_bark_attention
-    from ..runtime.bark_runner import BarkRunner
+    from .model import set_bark_attention
+    from .runner import BarkRunner
 
     runtime = (runtime or BarkRuntimeOptions()).validate()
     config = (config or BarkVoiceConfig()).validate()
@@ -440,7 +440,7 @@ def bark_voice_from_model(
 def _device_and_dtype(device, dtype, runtime: BarkRuntimeOptions):
     import torch
 
-    from ..runtime.device import resolve_device, resolve_dtype
+    from ...runtime.device import resolve_device, resolve_dtype
 
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     dt = resolve_dtype(dtype, dev)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.vits import Generator
+from .model import Generator
 
 
 @torch.no_grad()

@@ -25,7 +25,7 @@ class RuntimeOptions:
     """Text-encoder relative attention: 'banded' (2w+1 diagonals) or 'skew' (VITS reference)."""
     shape_buckets: bool | None = None
     """Round sequence lengths up to geometric buckets (masked padding) so that oneDNN's
-    per-shape kernels are reused; None = on for CPU (see runtime/buckets.py)."""
+    per-shape kernels are reused; None = on for CPU (see families/piper/buckets.py)."""
     threads: int | None = None
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
     cuda_graphs: bool | None = None

@@ -6,7 +6,7 @@
             (or its two halves, `flow` and `decode`, for sentences cut into pieces)
 
 `EagerStages` runs them as plain PyTorch, optionally through `torch.compile`;
-`runtime/cuda_graphs.py` wraps the same functions in bucketed CUDA graphs.
+`families/piper/cuda_graphs.py` wraps the same functions in bucketed CUDA graphs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.vits import Mask, VitsModel
+from .model import Mask, VitsModel
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class EagerStages:
         if compile:
             # dynamic shapes: eager callers pass any (B, T, P); graphed callers pass bucket shapes
             on_cuda = next(model.parameters()).is_cuda
-            # CUDA: autotuned kernels, no cudagraphs of its own (runtime/cuda_graphs.py captures);
+            # CUDA: autotuned kernels, no cudagraphs of its own (families/piper/cuda_graphs.py captures);
             # CPU: default mode (autotuning on a small CPU costs minutes for no gain)
             mode = compile_mode or ("max-autotune-no-cudagraphs" if on_cuda else "default")
             self._encode = torch.compile(self._encode_impl, mode=mode, dynamic=None)

@@ -1,0 +1,155 @@
+"""The family registry: every model family voxserve can load, each registered once.
+
+A family is a folder, `voxserve/families/<name>/`, holding everything of one kind of model (its
+modules, loader, options, text front end and runner), whose `__init__.py` calls
+`register_family(Family(...))` once. Generic code (`load_voice`, the voice registry,
+`voxserve voices`, the CLI and the server) finds families only through this module: it never
+compares against a family's name.
+
+The built-in families (`BUILTIN`) are imported on the first question asked of the registry,
+not when `voxserve` is imported, so that a family's optional dependencies (Bark's
+transformers) stay unimported until one of its voices loads. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import VoiceLoadError
+
+if TYPE_CHECKING:
+    from ..voice import Voice
+    from ..voices.registry import VoiceSource
+
+BUILTIN = ("piper", "bark")
+"""Family packages under voxserve.families imported when the registry is first asked."""
+
+RUNNER_KINDS = ("one-shot",)
+"""Runner kinds that exist: "one-shot" (a batch of sentences in, audio out, or a continuation
+for a sentence cut into pieces). Step runners (autoregressive, continuous batching) are the
+next step of issue 18 and not built yet."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family tells generic code about itself."""
+
+    name: str
+    """The family's name, as `VoiceSource.family` and `Voice.family` carry it."""
+    load: Callable[..., Voice]
+    """load(source: VoiceSource, *, device, dtype, runtime, **kw) -> Voice. `runtime` is None,
+    an `options_type`, or a `voxserve.RuntimeOptions` (a family takes what applies to it); kw
+    holds family options of load_voice (today `max_phonemes`) that a family may ignore."""
+    options_type: type
+    """The family's runtime-options dataclass (how a voice runs, not what it says)."""
+    source: Callable[[Path, str | None], VoiceSource]
+    """source(path, name) -> the VoiceSource of a voice at `path` (no file is read)."""
+    prefix: str | None = None
+    """`PREFIX:PATH` names a voice of this family by path (e.g. "bark:/models/bark-small")."""
+    recognise: Callable[[Path], bool] | None = None
+    """recognise(path) -> True if a bare path (no prefix) is this family's (e.g. a `.onnx`)."""
+    check: Callable[[VoiceSource], None] | None = None
+    """check(source) raises VoiceLoadError if a source given by path cannot load (files missing)."""
+    describe: Callable[[VoiceSource], dict] | None = None
+    """describe(source) -> extra fields for `voxserve voices` (language, sample_rate, ...)."""
+    scan: Callable[[Path], Iterable[VoiceSource]] | None = None
+    """scan(folder) -> this family's voices in a folder of $VOXSERVE_VOICES_PATH."""
+    packaged: Callable[[], Iterable[VoiceSource]] | None = None
+    """packaged() -> voices installed as Python packages (the default voice is one)."""
+    hint: Callable[[Path], str | None] | None = None
+    """hint(path) -> a message if `path` looks like this family's but lacks the prefix."""
+    frontend: str = ""
+    """Its text front end, in words (text -> sentences -> model input)."""
+    runner_kind: str = "one-shot"
+    """One of RUNNER_KINDS: how the engine runs its batches."""
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise ValueError(f"a family name is an identifier, not {self.name!r}")
+        if self.prefix is not None and not (self.prefix.isalpha() and len(self.prefix) > 1):
+            raise ValueError(f"a family prefix is two or more letters, not {self.prefix!r}")
+        if self.runner_kind not in RUNNER_KINDS:
+            raise ValueError(f"runner_kind must be one of {RUNNER_KINDS}, not {self.runner_kind!r}")
+
+
+_families: dict[str, Family] = {}
+_lock = threading.RLock()
+_builtin_loaded = False
+
+
+def register_family(family: Family) -> Family:
+    """Make `family` known. Registering a second family under a taken name or prefix fails;
+    registering the same object again is a no-op."""
+    with _lock:
+        old = _families.get(family.name)
+        if old is family:
+            return family
+        if old is not None:
+            raise ValueError(f"a family named {family.name!r} is already registered")
+        if family.prefix is not None:
+            for f in _families.values():
+                if f.prefix == family.prefix:
+                    raise ValueError(f"prefix {family.prefix!r} is already family {f.name!r}'s")
+        _families[family.name] = family
+    return family
+
+
+def unregister_family(name: str) -> None:
+    """Forget a family (tests; a built-in one comes back only with a new process)."""
+    with _lock:
+        _families.pop(name, None)
+
+
+def _load_builtin() -> None:
+    global _builtin_loaded
+    if _builtin_loaded:
+        return
+    with _lock:
+        if _builtin_loaded:
+            return
+        for name in BUILTIN:
+            importlib.import_module(f"{__name__}.{name}")  # registers itself
+        _builtin_loaded = True
+
+
+def families() -> dict[str, Family]:
+    """Every registered family, by name (built-in ones first, in registration order)."""
+    _load_builtin()
+    with _lock:
+        return dict(_families)
+
+
+def get_family(name: str) -> Family:
+    """The family called `name`; VoiceLoadError if none is."""
+    fam = families().get(name)
+    if fam is None:
+        raise VoiceLoadError(f"unknown voice family {name!r} (known: {', '.join(families())})")
+    return fam
+
+
+def family_for_prefix(prefix: str) -> Family | None:
+    return next((f for f in families().values() if f.prefix == prefix), None)
+
+
+def family_for_path(path: Path) -> Family | None:
+    """The first family that recognises a bare path, or None."""
+    return next((f for f in families().values() if f.recognise is not None and f.recognise(path)), None)
+
+
+def family_for_source(source: VoiceSource | Any) -> Family:
+    """The family of a VoiceSource (or of anything with a `.family` name); VoiceLoadError if
+    that family is not registered."""
+    return get_family(source.family)
+
+
+def source_hint(path: Path) -> str | None:
+    """A family's message for a bare path that looks like its voice but needs its prefix."""
+    for f in families().values():
+        if f.hint is not None and (msg := f.hint(path)):
+            return msg
+    return None

@@ -1,0 +1,51 @@
+"""The Bark family: a local `transformers` Bark checkpoint directory (`bark:DIR`), run by
+BarkRunner (runner.py: semantic -> coarse -> fine -> EnCodec, one generate call per batch).
+
+Modules: voice (BarkVoice, load_bark_voice, BarkRuntimeOptions, BarkVoiceConfig, its text
+front end and checkpoint checks), model (attention), runner. transformers (the `bark` extra) is
+imported only when a voice loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...voices.registry import VoiceSource
+from .. import Family, register_family
+from .voice import BarkRuntimeOptions, BarkVoiceConfig, load_bark_voice
+
+NAME = "bark"
+
+
+def _source(path: Path, name: str | None = None) -> VoiceSource:
+    return VoiceSource(name or str(path), NAME, path)
+
+
+def _hint(path: Path) -> str | None:
+    """A checkpoint directory given without its prefix."""
+    cfg = path.expanduser() / "config.json"
+    if cfg.is_file():
+        return f"{path} is a directory: for a Bark checkpoint use --voice bark:{path}"
+    return None
+
+
+def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, **_):
+    """`runtime`: a BarkRuntimeOptions, or a voxserve.RuntimeOptions of which only `offload`
+    and `threads` apply. Other load_voice options (max_phonemes) do not apply to Bark."""
+    if runtime is not None and not isinstance(runtime, BarkRuntimeOptions):
+        runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
+    return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
+
+
+FAMILY = register_family(Family(
+    name=NAME,
+    load=_load,
+    options_type=BarkRuntimeOptions,
+    source=_source,
+    prefix="bark",
+    hint=_hint,
+    frontend="normalise (keeping ♪), split into sentences of at most ~10 s, Bark's BERT tokenizer",
+    runner_kind="one-shot",
+))
+
+__all__ = ["FAMILY", "BarkRuntimeOptions", "BarkVoiceConfig", "load_bark_voice"]

