@@ -13,7 +13,13 @@ class RuntimeOptions:
     decode_layout: str = "auto"
     """Decoder batching: 'packed' (end to end, no padding work), 'padded', or 'auto'."""
     max_decode_frames: int = 4096
-    """Latent frames decoded per call; bounds activation memory (4096 ~ 47 s at 22 kHz)."""
+    """Latent frames decoded per call; bounds activation memory (4096 ~ 47 s at 22 kHz). A
+    single sentence longer than this is decoded in windows of it (exact: each window gets the
+    decoder's receptive field of real context)."""
+    cpu_decode_frames: int | None = 512
+    """CPU: a lower cap on max_decode_frames (None = none). The decoder's activations at 4096
+    frames took ~2 GB of peak RSS (`voxserve say` on a 4 KB text: 2.7 GB, 512: well under 1 GB,
+    no slower; see docs/benchmarks.md, 'Memory of voxserve say')."""
     cpu_channels_last: bool = True
     """CPU: run the flow's and decoder's 1-D convolutions as channels-last 2-D convolutions."""
     cpu_gemm_convs: bool = True
@@ -57,6 +63,8 @@ class RuntimeOptions:
             raise ValueError(f"attention must be banded or skew, not {self.attention!r}")
         if self.max_decode_frames < 64:
             raise ValueError("max_decode_frames must be at least 64")
+        if self.cpu_decode_frames is not None and self.cpu_decode_frames < 64:
+            raise ValueError("cpu_decode_frames must be at least 64")
         if self.threads is not None and self.threads < 1:
             raise ValueError("threads must be at least 1")
         if self.offload and self.cuda_graphs:

@@ -555,6 +555,23 @@ class VitsRunner(ResidentWeights):
             x = SynthInputs(*(None if t is None else bucketed(t[None, :, a:b], L)
                               for t in (m_pk, logs_pk, z_noise, mask[0], g_pk)))
             Lb = x.m.shape[-1]
+            if split and len(run) == 1 and L > self.decode_cap and dspans[run[0]] == pieces[run[0]][1:3]:
+                # one long sentence: flow over it whole, decoder in windows, so its activations
+                # stay bounded by decode_cap frames (peak RSS, see RuntimeOptions.cpu_decode_frames)
+                cap, dctx_ = self.decode_cap, self.decode_context
+                with self._stage("synth"):
+                    z = self.stages.flow(x)  # [1, C, Lb]
+                    outs = []
+                    for w0 in range(0, L, cap):
+                        w1 = min(L, w0 + cap)
+                        d0, d1 = max(0, w0 - dctx_), min(L, w1 + dctx_)
+                        n = d1 - d0
+                        zd = bucketed(z[:, :, d0:d1], n)
+                        gd = None if g_pk is None else bucketed(g_pk[None, :, a + d0 : a + d1], n)
+                        dmask = gap_mask([0], [n], n) if zd.shape[-1] > n else None
+                        outs.append(self.stages.decode(zd, gd, dmask)[(w0 - d0) * hop : (w1 - d0) * hop])
+                    audio = torch.cat(outs)
+                return audio, {p: starts[p] - a - pieces[p][1] for p in run}
             if not split or all(dspans[p] == pieces[p][1:3] for p in run):
                 if isinstance(self.stages, EagerStages) and (len(run) > 1 or Lb > L):
                     # eager: zero only the gap and tail frames (O(gap), in place)
@@ -639,9 +656,17 @@ class VitsRunner(ResidentWeights):
         self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0}
         return audios, [n * hop for n in y_len]
 
+    @property
+    def decode_cap(self) -> int:
+        """Frames per decoder call: max_decode_frames, on CPU at most cpu_decode_frames."""
+        c = self.config
+        if self.device.type == "cpu" and c.cpu_decode_frames is not None:
+            return min(c.max_decode_frames, c.cpu_decode_frames)
+        return c.max_decode_frames
+
     def _decode_groups(self, y_lengths: Sequence[int]) -> list[list[int]]:
-        """Consecutive runs of items whose frames (with gaps) stay under max_decode_frames."""
-        cap = self.config.max_decode_frames
+        """Consecutive runs of items whose frames (with gaps) stay under decode_cap."""
+        cap = self.decode_cap
         groups: list[list[int]] = []
         cur: list[int] = []
         total = 0

@@ -1,0 +1,87 @@
+"""Peak RSS and wall time of `voxserve say` against the length of the text (issue 18).
+
+Each run is a fresh process under /usr/bin/time -v ("Maximum resident set size"). Texts are
+the English bench corpus (corpus/en_bench.jsonl) repeated to one sentence, 4, 20 and 40 KB.
+
+Arms:
+  cli      `voxserve say -f TEXT -o OUT.wav --device cpu` (today's defaults)
+  before   the same work in a script (units + stream_units, as cmd_say does) with
+           RuntimeOptions(cpu_decode_frames=None): decoder runs of up to 4096 frames, the
+           default before the CPU cap; `after` is the same script with the defaults.
+
+    .venv/bin/python benchmarks/say_memory.py                  # cli arm, every size
+    .venv/bin/python benchmarks/say_memory.py --arms before after --sizes 1 4 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+SCRIPT = """
+import sys, voxserve
+from voxserve.families.piper.options import RuntimeOptions
+from voxserve.limits import Limits
+rt = RuntimeOptions(cpu_decode_frames=None) if sys.argv[2] == "before" else None
+v = voxserve.load_voice(None, device="cpu", runtime=rt, limits=Limits(max_audio_seconds=None))  # as cmd_say
+n = sum(len(c.samples) for c in v.stream_units(iter(list(v.units(open(sys.argv[1]).read())))))
+print(f"audio_s={n / v.sample_rate:.0f}", file=sys.stderr)
+"""
+
+
+def make_text(kb: int) -> str:
+    texts = [json.loads(line)["text"] for line in open(ROOT / "corpus/en_bench.jsonl")]
+    if kb <= 1:
+        return "The weather today is mostly sunny, with a light breeze from the west.\n"
+    prose = " ".join(t if t.rstrip()[-1:] in ".!?" else t + "." for t in texts)
+    s = ""
+    while len(s) < kb * 1000:
+        s += prose + "\n\n"
+    return s[: kb * 1000].rsplit(".", 1)[0] + ".\n"
+
+
+def measure(arm: str, path: str, out: str) -> dict:
+    if arm == "cli":
+        cmd = [str(BIN / "voxserve"), "say", "-f", path, "-o", out, "--device", "cpu"]
+    else:
+        cmd = [sys.executable, "-c", SCRIPT, path, arm]
+    t = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode:
+        raise SystemExit(p.stderr[-2000:])
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
+    return {"peak_rss_mb": round(rss / 1024), "wall_s": round(wall, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arms", nargs="+", default=["cli"], choices=["cli", "before", "after"])
+    ap.add_argument("--sizes", nargs="+", type=int, default=[1, 4, 20, 40], help="KB; 1 = one sentence")
+    ns = ap.parse_args()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    print(f"# {cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    print("| arm | text | peak RSS (MB) | wall (s) |\n|---|---|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        for kb in ns.sizes:
+            path = os.path.join(d, f"t{kb}.txt")
+            Path(path).write_text(make_text(kb), encoding="utf-8")
+            for arm in ns.arms:
+                r = measure(arm, path, os.path.join(d, "out.wav"))
+                label = "1 sentence" if kb <= 1 else f"{kb} KB"
+                print(f"| {arm} | {label} | {r['peak_rss_mb']} | {r['wall_s']} |", flush=True)
+    print(f"# load average {os.getloadavg()[0]:.2f} at end")
+
+
+if __name__ == "__main__":
+    main()
