@@ -21,10 +21,17 @@ class TimedVoice(FakeVoice):
     def __init__(self, k: float, **kw):
         super().__init__(**kw)
         self.k = k
+        self.sleeping = 0
+        self.max_sleeping = 0  # batches in their timed part at once (lanes that overlapped)
 
     def run_pieces(self, units, early=(), max_cost=None):
         out = super().run_pieces(units, early, max_cost)
+        with self.lock:
+            self.sleeping += 1
+            self.max_sleeping = max(self.max_sleeping, self.sleeping)
         time.sleep(self.k * sum(u.cost for u in units))
+        with self.lock:
+            self.sleeping -= 1
         return out
 
 
@@ -99,7 +106,7 @@ def test_speed_of_overlapping_lanes_counts_busy_time_once(monkeypatch):
             time.sleep(0.005)
         eng.start()  # both lanes find work queued
         assert all(s.done.wait(10) for s in sinks)
-        assert v.max_concurrent == 2
+        assert v.max_sleeping == 2
         rate = eng.cost_per_s("fake")
         assert 0.7 * 1000 <= rate <= 1.25 * 1000, rate  # (one lane's batch seconds would read 500)
     finally:

@@ -367,25 +367,21 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
 
 
 
-@pytest.mark.parametrize("cap, team", [(100, 1), (0, 2), (200, 2)])
-def test_a_lone_batch_over_lone_team_max_cost_takes_one_lanes_share(monkeypatch, cap, team):
-    """A batch cannot be interrupted: a long lone one on every thread would leave requests that
-    arrive during it no free core, so above lone_team_max_cost it runs on one lane's share
-    (0: no limit)."""
+def test_a_lone_batch_runs_on_every_thread(monkeypatch):
+    """A batch with nothing else running or waiting takes every thread, short or long."""
     teams = _two_threads_with_teams(monkeypatch)
     v = FakeVoice(concurrent_runs=True)
     run, ran = v.run_pieces, []
     monkeypatch.setattr(v, "run_pieces", lambda units, **k: ran.append((units[0].cost, teams.get(threading.get_ident())))
                         or run(units, **k))
     long = "a single sentence of one hundred and twenty characters, " * 2 + "and more."
-    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0), lone_team_max_cost=cap)
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
     with Engine([v], config) as eng:
         for text in ("a short one.", long):
             asyncio.run(_gather(AsyncEngine(eng), "fake", [text]))
-    # the short one alone on both threads either way (a streamed sentence's rest may follow)
-    assert ran[:2] == [(len("a short one"), 2), (len(long) - 1, team)]
-    with pytest.raises(ValueError, match="lone_team_max_cost"):
-        EngineConfig(lone_team_max_cost=-1).validate()
+    # (a streamed sentence's rest may follow)
+    assert ran[:2] == [(len("a short one"), 2), (len(long) - 1, 2)]
+
 
 class GatedLongVoice(FakeVoice):
     """Sentences of at least `long` characters wait for `release` (they hold the lanes)."""

@@ -280,19 +280,6 @@ def test_last_sentence_of_a_short_request_is_not_starved_by_new_first_sentences(
     assert s2.schedule(0.0, force=True).items[0].request_id == "new"
 
 
-def test_aging_lets_a_long_first_sentence_pass_fresh_short_ones():
-    def first_served(aging):
-        s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, aging_per_s=aging))
-        add(s, "long", 1, cost=130, now=0.0, streaming=True)
-        add(s, "short", 1, cost=60, now=1.0, streaming=True)
-        return s.schedule(1.0, force=True).items[0].request_id
-
-    assert first_served(0.0) == "short"  # shortest first
-    assert first_served(100.0) == "long"  # 130 - 100*1.0 < 60 - 0
-    with pytest.raises(ValueError, match="aging_per_s"):
-        SchedulerConfig(aging_per_s=-1).validate()
-
-
 def drain_timed(s: Scheduler, seconds: dict, limit: int = 10_000):
     """Fake runner with a fake device clock: a batch of voice v takes seconds[v]. Returns the
     voices of the batches in order."""
@@ -446,7 +433,7 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     for rid in ("long", "stream", "short"):
         s.input_done(rid)
     assert s.next_deadline(0.0, max_items=1, urgent=True) == 0.0
-    b = s.schedule(0.0, max_items=1, urgent=True)  # what ends a request first (urgent_order)
+    b = s.schedule(0.0, max_items=1, urgent=True)  # what ends a request first
     assert [(it.request_id, it.index) for it in b.items] == [("short", 0)]
     b2 = s.schedule(0.0, max_items=1, urgent=True)
     assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
@@ -466,13 +453,11 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     assert s.queued == 1 and s.queued_cost == 150
 
 
-@pytest.mark.parametrize("order", ["finish_first", "arrival", "least_work"])
-def test_urgent_order(order):
+def test_urgent_order():
     """Urgent requests go first come, first served (a slightly longer one is not held back by
     shorter newcomers), those that the urgent work finishes before streams' first sentences of
-    longer requests (finish_first, the default); arrival: first come, first served only;
-    least_work: least work first. The other class keeps least work first whatever the order."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=0, urgent_max_cost=160, urgent_order=order))
+    longer requests. The other class keeps least work first."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0, urgent_max_cost=160))
     for rid, cost, n, streaming in (("a", 150, 1, False), ("s1", 120, 3, True), ("b", 30, 1, True),
                                     ("big", 200, 1, False), ("c", 100, 1, False), ("s2", 5, 2, True),
                                     ("bigger", 300, 1, False), ("d", 10, 1, False)):
@@ -488,16 +473,8 @@ def test_urgent_order(order):
 
     # s1 (3 x 120) and s2 (2 x 5) are streams: s1's first sentence is urgent but does not end
     # it (its rest is not urgent); s2's whole stream is urgent work, so it keeps its place
-    expect = {"finish_first": ["a", "b", "c", "s2", "s2", "d", "s1"],
-              "arrival": ["a", "s1", "b", "c", "s2", "s2", "d"],
-              "least_work": ["s2", "s2", "d", "b", "c", "s1", "a"]}[order]
-    assert order_of(True) == expect
+    assert order_of(True) == ["a", "b", "c", "s2", "s2", "d", "s1"]
     assert order_of(False) == ["big", "s1", "bigger"]
-
-
-def test_urgent_order_is_validated():
-    with pytest.raises(ValueError, match="urgent_order must be one of"):
-        SchedulerConfig(urgent_order="fifo").validate()
 
 
 def test_rescues_take_turns_within_a_class():

@@ -48,9 +48,8 @@ from .scheduler import (
 
 log = logging.getLogger(__name__)
 
-# Phoneme ids per character of text before a voice's front end has finished a request: measured
-# 2.1-2.2 for the corpus's English prose and 3.1 for its numbers and symbols with a Piper voice;
-# a request's own cost is then counted high rather than low.
+# Phoneme ids per character of text before a voice's front end has finished a request: about
+# 2 for English prose, 3 for numbers and symbols, so a request's cost is counted high, not low.
 COST_PER_CHAR_PRIOR = 3.0
 
 
@@ -63,10 +62,9 @@ class EngineConfig:
     """Threads for the text front end (espeak-ng itself runs one call at a time)."""
     lane_batch_size: int = 1
     """With several lanes: sentences per batch (at most the scheduler's max_batch_size). On a
-    CPU a batch of several sentences costs about their sum (87 ms per audio second at batch 1,
-    76 at 8, on a 2-core Zen 3), and the lanes give the overlap that batching would: measured
-    at 8 clients there, 1 cut short requests' median latency from 1.2-1.4 s to 0.73-0.84 s at
-    the same throughput (docs/serving.md)."""
+    CPU a batch of several sentences costs about their sum, and the lanes give the overlap that
+    batching would, so one sentence a batch lets a short request start without waiting for
+    companions."""
     lanes: int | None = None
     """Batches a device runs at once (see `_Worker`). None: 2 on a CPU with at least 2
     intra-op threads whose voices all allow it (`Voice.concurrent_runs`: VITS in eager mode),
@@ -80,17 +78,6 @@ class EngineConfig:
     lane_nice: int = 10
     """With urgent lanes: how much the other lanes' threads are reniced (CFS weights: at +10 a
     nice-0 thread gets ~90% of a core it shares with one of them)."""
-    lone_team_max_cost: int = 0
-    """With several lanes: a lone batch (nothing else runs or waits) runs on every thread only
-    if it costs at most this many phoneme ids (0, the default: any size); a larger one takes
-    one lane's share. A batch cannot be interrupted, and a team on every core leaves requests
-    that come during it waiting for its end: traced at the start of a load test, a stream's
-    147-id first sentence held both cores of a 2-core Zen 3 for 0.53 s while four short
-    requests arrived. At 100 ids, over two sets of 6 interleaved rounds at 8 clients, short p95
-    was not better (medians 0.40x and 0.49x Piper's, against 0.42x and 0.43x without), while a
-    lone stream's first audio comes later (one thread instead of two: long texts at 1 client
-    0.23-0.27x Piper's total time, against 0.11-0.18x); so it is off by default, a knob for
-    servers that see bursts after idle moments (docs/serving.md)."""
     spill: bool = True
     """With several lanes: a lane that would idle while a core is free takes the next sentence
     of a request that already has one in flight (the scheduler's "Spill"); the audio is put
@@ -118,8 +105,6 @@ class EngineConfig:
             raise ValueError("lane_batch_size must be at least 1")
         if not 0 <= self.lane_nice <= 19:
             raise ValueError("lane_nice must be in 0..19")
-        if self.lone_team_max_cost < 0:
-            raise ValueError("lone_team_max_cost must be >= 0 (0: no limit)")
         if not 0.1 <= self.max_queue_wait_s <= 3600:
             raise ValueError(f"max_queue_wait_s must be in 0.1..3600 seconds, not {self.max_queue_wait_s!r}")
         return self
@@ -166,11 +151,10 @@ class _Worker:
     Lanes (CPU): on a GPU one thread runs every batch. On a CPU, one batch at a time leaves
     cores idle in its serial parts (Python, small ops, the host read between the stages), and
     splitting every op over all cores costs synchronisation. With `lanes` > 1, up to that many
-    batches run at once, each on its share of the intra-op threads (`set_thread_team`): measured
-    on a 2-core CPU, two single-threaded lanes made 13-20% more audio per second than one lane
-    on both cores (docs/serving.md). A batch with nothing else waiting runs on lane 0 with
-    every thread, so a lone request is as fast as with one lane. A request has at most one batch
-    in flight (the scheduler's rule), so its audio still comes back in order.
+    batches run at once, each on its share of the intra-op threads (`set_thread_team`), which
+    makes more audio per second than one batch on every core. A batch with nothing else waiting
+    runs on lane 0 with every thread, so a lone request is as fast as with one lane. A request
+    has at most one batch in flight (the scheduler's rule), so its audio still comes back in order.
 
     Urgent lanes (`EngineConfig.urgent_lanes`): with lanes, the work is split in two classes
     (the scheduler's "Urgent work": requests whose client waits for little, and the others),
@@ -180,8 +164,7 @@ class _Worker:
     interrupted); when there is no urgent work, the other lanes have the cores to themselves.
     A lone batch (nothing else running or waiting) of either class runs on urgent lane 0 with
     every thread: a reniced team on every thread would crawl once urgent work came, each of its
-    OpenMP barriers waiting for the thread that shares a core with an urgent lane (traced:
-    a 237-id sentence took 4.7 s).
+    OpenMP barriers waiting for the thread that shares a core with an urgent lane.
 
     Spill (`EngineConfig.spill`): a lane that finds nothing to take while a core is free takes
     the next sentence of a request that has one in flight (the scheduler's "Spill"), and the
@@ -327,8 +310,6 @@ class _Worker:
         if not more and self.spill and not batch.early:  # its own next sentence may run beside it
             more = self.scheduler.next_deadline(now, self._max_items, spill=True) is not None
         alone = lane == peers[0] and not more and not any(self._team) and self._class(lane) is not False
-        cap = self.engine.config.lone_team_max_cost
-        alone = alone and (not cap or batch.cost <= cap)
         team = free if alone else max(1, min(free, self.threads // self.lanes))
         self._team[lane] = team
         if more:
@@ -499,9 +480,8 @@ class Engine:
     def warm_voice(self, name: str) -> None:
         """Run a voice's own warm-up (`Voice.warmup`: CPU per-shape kernels, CUDA graphs) on
         the calling thread, once per OpenMP team size its device's lanes use: oneDNN builds its
-        kernels per shape and per thread count (measured on a 2-core Zen 3: after a warm-up on
-        both threads, the first single-threaded pass over the short corpus sentences took 1.38x
-        as long as the next). Call before traffic: it uses the model from this thread."""
+        kernels per shape and per thread count, so a team size not warmed runs its first
+        sentences slowly. Call before traffic: it uses the model from this thread."""
         warm = getattr(self.voice(name), "warmup", None)
         if warm is None:
             return

@@ -26,9 +26,7 @@ one batch. Before that order:
    request (a rescue) is not followed by another while a request that is not starving waits:
    rescues and the order below take turns. Under sustained overload every long request's
    sentences wait past the bound, and without the turns the order would collapse into
-   oldest-first, a one-sentence request waiting behind one rescue batch per starving request
-   (measured at 8 clients on a 2-core AVX2 CPU: short requests' p95 3.4 s with rescues in a
-   row, ~5 of them between a short request's arrival and its batch);
+   oldest-first, a one-sentence request waiting behind one rescue batch per starving request;
 2. with `shortest_first` (the default), the least work between a client and what it waits
    for: a streaming request's first sentence counts alone (time to first audio), any other
    request counts all it has queued (once its front end is done; unknown ends go last). So a
@@ -84,12 +82,12 @@ A request is urgent while its client waits for little: at most `urgent_max_cost`
 sentence). `schedule(..., urgent=True)` (and `next_deadline`) consider urgent requests only,
 `urgent=False` the others, None (the default) all of them: the engine's CPU lanes run the two
 classes on threads of different OS priority (see the engine's `_Worker`). Within a class the
-order above holds, rescues included, except for the urgent order (`urgent_order`): by default
-requests that the urgent work finishes (a short request, a long one's last sentence) go before
-streams' first sentences of longer requests, each group in arrival order. All of them wait for
-little, and least-work-first would let a stream of slightly shorter newcomers hold one back;
-a client whose request ends with the work waits for all of it, one whose stream starts with it
-hears audio and then waits for the rest anyway.
+order above holds, rescues included, except within the urgent class: requests that the urgent
+work finishes (a short request, a long one's last sentence) go before streams' first sentences
+of longer requests, each group in arrival order. All of them wait for little, and
+least-work-first would let a stream of slightly shorter newcomers hold one back; a client whose
+request ends with the work waits for all of it, one whose stream starts with it hears audio
+and then waits for the rest anyway.
 
 Cancellation drops a request's queued items at once (they are never run). Back-pressure:
 `admit()` refuses new requests while `max_queued_sentences` items are queued; items of accepted
@@ -116,8 +114,6 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-URGENT_ORDERS = ("finish_first", "arrival", "least_work")
-
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -128,11 +124,8 @@ class SchedulerConfig:
     what a Piper voice's do). An item over 1.25x it runs alone, cut into pieces of about this
     cost by a VITS voice (exact joins; see "Cut sentences"); a Bark one runs whole.
     A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
-    flight: 256 ids (about 3 s of audio, 2-6 short sentences) keeps that near a quarter of a
-    second on an idle 2-core Zen 4 CPU, ~0.45 s on a Zen 3 (AVX2) one (measured: at 8 clients,
-    256 halved the median latency of short requests against 512; on Zen 3, 160 did not lower
-    their p95 and cost 2% of throughput: docs/serving.md). On a GPU, where a batch costs
-    little more than one sentence, raise it (e.g. 4096)."""
+    flight: 256 ids (about 3 s of audio) keeps that well under a second on a small CPU. On a
+    GPU, where a batch costs little more than one sentence, raise it (e.g. 4096)."""
     max_wait_ms: float = 2.0
     """Longest an item waits for companions before its batch starts anyway."""
     max_queued_sentences: int = 256
@@ -146,23 +139,7 @@ class SchedulerConfig:
     request's end; then round-robin); False = streaming first sentences, then round-robin."""
     urgent_max_cost: int = 160
     """A request is urgent (see "Urgent work") while what its client waits for costs at most
-    this: ~2 s of audio, ~0.3 s on one Zen 3 core; the corpus's short texts cost 30-140."""
-    urgent_order: str = "finish_first"
-    """Order within the urgent class (see "Urgent work"); rescues go first in any order.
-    "arrival": first come, first served. All urgent requests wait for little (at most
-    `urgent_max_cost`), so least work first gains little on the mean while a slightly longer one
-    waits behind every newcomer: measured in-process at 8 clients on a 2-core CPU (6 pairs of
-    runs), the worst short request 1.7-2.2 s against 2.1-3.6 s, short p95 1.39-1.70 s against
-    1.42-2.23 s. "finish_first" (default): arrival order, but requests that the urgent work
-    finishes go before streams' first sentences of longer requests; traced at a load test's
-    start (4 short and 4 medium requests at once), three medium first sentences took the urgent
-    lanes for 1.3 core-s ahead of two short requests. "least_work": least work first, as the
-    other class."""
-    aging_per_s: float = 0.0
-    """With `shortest_first`: cost units a request's priority gains per second its next sentence
-    waits (0 = shortest work first, bounded by `max_starve_ms`). Measured at 8 clients on a
-    2-core CPU (docs/serving.md): 100 made short requests' p95 worse and did not bring the
-    medium ones' first audio forward, so it is off by default."""
+    this: about 2 s of audio."""
 
     def validate(self) -> "SchedulerConfig":
         if self.max_batch_size < 1:
@@ -177,10 +154,6 @@ class SchedulerConfig:
             raise ValueError("max_starve_ms must be >= 0")
         if self.urgent_max_cost < 1:
             raise ValueError("urgent_max_cost must be at least 1")
-        if self.aging_per_s < 0:
-            raise ValueError("aging_per_s must be >= 0")
-        if self.urgent_order not in URGENT_ORDERS:
-            raise ValueError(f"urgent_order must be one of {', '.join(URGENT_ORDERS)}, not {self.urgent_order!r}")
         if self.max_length_ratio != 0 and self.max_length_ratio < 1:
             raise ValueError("max_length_ratio must be 0 (off) or >= 1")
         return self
@@ -396,14 +369,11 @@ class Scheduler:
         def key(r: _Request):
             if r.id in starving:
                 return (0, 0, r.vserved, r.seq)
-            if urgent and self.config.urgent_order != "least_work":
+            if urgent:
                 # arrival order bounds each one's wait; requests that end with this work first
-                later = self.config.urgent_order == "finish_first" and self._first(r) and not self._ends(r)
-                return (1, int(later), r.seq, 0)
+                return (1, int(self._first(r) and not self._ends(r)), r.seq, 0)
             if self.config.shortest_first:
-                # aging: waiting earns priority, so a long first sentence (or a long request's
-                # remainder) is not held back by short newcomers for as long as they keep coming
-                return (1, self._left(r) - self.config.aging_per_s * self._waited(r, now), r.vserved, r.seq)
+                return (1, self._left(r), r.vserved, r.seq)
             return (1 if self._first(r) else 2, 0, r.vserved, r.seq)
 
         rs.sort(key=key)
@@ -555,7 +525,7 @@ class Throughput:
     per-batch rates: with several lanes a batch's busy seconds are the time since the previous
     one ended, which may be tiny, and one such sample must not read as a device of infinite speed.
     The default weight remembers about the last 20 batches (a couple of seconds under load on a
-    CPU): at 0.2 the figure swung by 2x within a second under overload on a shared 2-core machine."""
+    CPU); a heavier one made the figure swing under overload."""
 
     def __init__(self, weight: float = 0.05):
         if not 0 < weight <= 1:

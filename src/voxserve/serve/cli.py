@@ -45,7 +45,6 @@ class ServeSettings:
     max_wait_ms: float = _SCHED.max_wait_ms
     max_starve_ms: float = _SCHED.max_starve_ms
     """A request waiting this long for its next sentence is served before any priority."""
-    aging_per_s: float = _SCHED.aging_per_s
     max_queue: int = _SCHED.max_queued_sentences
     """Sentences queued before new requests get 429."""
     max_input_chars: int = _APP.max_input_chars
@@ -64,31 +63,22 @@ class ServeSettings:
     """CPU intra-op threads for the model (None: PyTorch's default)."""
     lanes: int | None = None
     """Batches a CPU runs at once, sharing its threads (None: EngineConfig's choice)."""
-    lane_batch_size: int = _ENG.lane_batch_size
-    """With several lanes: sentences per batch."""
     urgent_max_cost: int = _SCHED.urgent_max_cost
     """With several lanes: requests whose client waits for at most this many phoneme ids run on
     urgent lanes, at a higher OS priority than the rest (0: no urgent lanes)."""
     lane_nice: int = _ENG.lane_nice
-    urgent_order: str = _SCHED.urgent_order
-    spill: bool = _ENG.spill
-    """With several lanes: a lone request's sentences after its first run two at a time."""
-    lone_team_max_cost: int = _ENG.lone_team_max_cost
-    """With several lanes: the largest lone batch (phoneme ids) that runs on every thread."""
     max_queue_wait: float = _ENG.max_queue_wait_s
     """Seconds of work queued ahead of a new request (at the measured speed) beyond which it gets 429."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
                                max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
-                               aging_per_s=self.aging_per_s, urgent_max_cost=max(1, self.urgent_max_cost),
-                               urgent_order=self.urgent_order,
+                               urgent_max_cost=max(1, self.urgent_max_cost),
                                max_queued_sentences=self.max_queue).validate()
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes, lane_batch_size=self.lane_batch_size,
+        return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes,
                             urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice,
-                            spill=self.spill, lone_team_max_cost=self.lone_team_max_cost,
                             max_queue_wait_s=self.max_queue_wait).validate()
 
     def app_config(self) -> AppConfig:
@@ -119,7 +109,6 @@ _HELP = {
     "max_queue_wait": "seconds a new request would wait for the work queued ahead of it (at the measured "
                       "speed) beyond which it gets 429 (0.1..3600)",
     "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
-    "aging_per_s": "phonemes of priority a waiting request gains per second (0: shortest work first)",
     "max_input_chars": "longest input accepted (413 beyond)",
     "max_body_bytes": "largest request body accepted (413 beyond)",
     "max_audio_seconds": "seconds of audio one request may make (413 beyond)",
@@ -131,17 +120,10 @@ _HELP = {
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",
     "lanes": "batches a CPU runs at once, sharing its threads (default: 2 for VITS voices on 2+ threads)",
-    "lane_batch_size": "with several lanes: sentences per batch",
     "urgent_max_cost": "with several lanes: a request whose client waits for at most this many phoneme ids "
                        "(a short one, a stream's first sentence) runs on urgent lanes, at a higher OS "
                        "priority than the rest (0: no urgent lanes)",
     "lane_nice": "with urgent lanes: how much lower the other lanes' OS priority is (nice)",
-    "spill": "with several lanes: an idle lane takes the next sentence of a request already running "
-             "(a lone request's sentences two at a time, one thread each): true or false",
-    "lone_team_max_cost": "with several lanes: a lone batch runs on every thread only up to this many phoneme "
-                          "ids, so that requests arriving during it find a free core (default 0: any size)",
-    "urgent_order": "order of urgent work: finish_first (requests it ends, then streams' first sentences), "
-                    "arrival or least_work",
 }
 
 
@@ -149,23 +131,13 @@ def _env_name(field: str) -> str:
     return "VOXSERVE_" + field.upper()
 
 
-def boolean(raw: str) -> bool:
-    v = raw.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"not a boolean: {raw!r} (true or false)")
-
-
-# settings that are numbers or booleans (the others are strings, and `voices` a list); flags and
+# settings that are numbers (the others are strings, and `voices` a list); flags and
 # environment variables both convert through this
 _TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
-          "max_input_chars": int, "max_body_bytes": int, "max_connections": int, "threads": int, "lanes": int, "lane_batch_size": int,
-          "urgent_max_cost": int, "lane_nice": int, "lone_team_max_cost": int,
-          "max_wait_ms": float, "max_queue_wait": float, "max_starve_ms": float, "aging_per_s": float, "shutdown_timeout": float,
-          "max_audio_seconds": float, "max_sentence_audio_seconds": float, "read_timeout": float,
-          "spill": boolean}
+          "max_input_chars": int, "max_body_bytes": int, "max_connections": int, "threads": int, "lanes": int,
+          "urgent_max_cost": int, "lane_nice": int,
+          "max_wait_ms": float, "max_queue_wait": float, "max_starve_ms": float, "shutdown_timeout": float,
+          "max_audio_seconds": float, "max_sentence_audio_seconds": float, "read_timeout": float}
 
 
 def _convert(f, raw: str):
