@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,95 @@ class Unit:
     seconds: float = 0.0
     """Predicted audio, a low estimate: what the request's limit is checked against before
     the model runs (the audio made is checked too)."""
+    component: Hashable | None = None
+    """The key of a shared component (`SharedComponent.key`) whose output this unit needs
+    before its voice can run it; None: none, or already attached."""
+    component_input: Any = None
+    """What that component takes for this unit (e.g. the sentence's text for a BERT)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step of a step runner gave for one sequence."""
+
+    key: Hashable
+    audio: np.ndarray | None = None
+    """float32 samples made since this sequence's previous result (None or empty: none)."""
+    final: bool = True
+    """The sequence is finished and has left the runner (its last audio is this result's)."""
+    error: BaseException | None = None
+    """The sequence failed and has left the runner; the others go on."""
+
+
+class StepRunner(ABC):
+    """Sequences (one per unit) that advance one step at a time: continuous batching.
+
+    The engine's worker, the only thread that calls it, lets new sequences `join` between
+    steps, calls `step()` while any is active, and removes cancelled ones with `leave`. A
+    sequence's output must not depend on what runs beside it (per-sequence seeded sampling, no
+    cross-row leakage through padding)."""
+
+    capacity: int = 8
+    """Sequences that may be active at once (the engine joins no more)."""
+
+    @abstractmethod
+    def join(self, key: Hashable, unit: Unit) -> None:
+        """Add a sequence for `unit`; its prompt is processed in the next `step()`. A unit it
+        cannot run fails through that step's StepResult(error=...), not by raising here."""
+
+    @abstractmethod
+    def step(self) -> list[StepResult]:
+        """One decode iteration (or a small fixed number) of every active sequence; returns
+        results for the sequences that made audio, finished or failed in it."""
+
+    @abstractmethod
+    def leave(self, key: Hashable) -> None:
+        """Drop a sequence (its request was cancelled); unknown keys are ignored."""
+
+    @property
+    @abstractmethod
+    def active(self) -> int:
+        """Sequences joined and not yet finished."""
+
+
+def run_steps(runner: StepRunner, units: Sequence[Unit]) -> list[np.ndarray]:
+    """Run units through a step runner to their end (the library path of a step voice): the
+    audio of each, in order. Raises the first sequence's error."""
+    parts: dict[int, list[np.ndarray]] = {k: [] for k in range(len(units))}
+    pending = list(enumerate(units))
+    done: set[int] = set()
+    error: BaseException | None = None
+    while len(done) < len(units):
+        while pending and runner.active < runner.capacity:
+            k, u = pending.pop(0)
+            runner.join(k, u)
+        for res in runner.step():
+            if res.error is not None and error is None:
+                error = res.error
+            if res.audio is not None and len(res.audio):
+                parts[res.key].append(res.audio)
+            if res.final or res.error is not None:
+                done.add(res.key)
+        if error is not None:
+            for k in range(len(units)):
+                if k not in done:
+                    runner.leave(k)
+            raise error
+    return [np.concatenate(p) if p else np.zeros(0, dtype=np.float32) for _, p in sorted(parts.items())]
+
+
+class SharedComponent(ABC):
+    """A model part several voices use (a BERT text encoder): loaded once per device, run by
+    the device's worker as a stage of its own, batched across requests and voices."""
+
+    key: Hashable
+    """Identity: voices whose units name the same key on one device share one instance."""
+    max_batch: int = 16
+    """Inputs per call."""
+
+    @abstractmethod
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """One output per input, in order; outputs stay on the component's device."""
 
 
 def sentence_seed(seed: int | None, index: int) -> int:
@@ -46,16 +135,6 @@ def sentence_seed(seed: int | None, index: int) -> int:
     if seed is None:
         return secrets.randbits(63)
     return (seed * 1_000_003 + index) & ((1 << 63) - 1)
-
-
-class PendingResult:
-    """An already computed batch (the synchronous form of submit_units)."""
-
-    def __init__(self, audios: list[np.ndarray]):
-        self._audios = audios
-
-    def result(self) -> list[np.ndarray]:
-        return self._audios
 
 
 def limited(units: Iterator[Unit], limits: Limits, sentences: Sequence[str] = (),
@@ -108,6 +187,37 @@ class Voice(ABC):
     def speakers(self) -> list[str]:
         return []
 
+    def step_runner(self) -> StepRunner | None:
+        """The voice's step runner if it runs as one (autoregressive families); None for a
+        one-shot voice, whose batches go through `run_pieces`."""
+        return None
+
+    def components(self) -> Mapping[Hashable, SharedComponent]:
+        """The shared components its units name (`Unit.component`), by key."""
+        return {}
+
+    def with_component_output(self, unit: Unit, output: Any) -> Unit:
+        """`unit` with its component's output attached, ready for `run_units` (a family with
+        components overrides this to put the output into its payload)."""
+        return replace(unit, component=None, component_input=None, payload=(unit.payload, output))
+
+    def resolve_components(self, units: Sequence[Unit]) -> list[Unit]:
+        """Run the shared components that units still need (batched per component) and attach
+        their outputs: the library path; the engine runs them as its own stage."""
+        out = list(units)
+        need: dict[Hashable, list[int]] = {}
+        for k, u in enumerate(out):
+            if u.component is not None:
+                need.setdefault(u.component, []).append(k)
+        comps = self.components() if need else {}
+        for key, idx in need.items():
+            comp = comps[key]
+            for s in range(0, len(idx), comp.max_batch):
+                part = idx[s:s + comp.max_batch]
+                for k, o in zip(part, comp.run([out[k].component_input for k in part])):
+                    out[k] = self.with_component_output(out[k], o)
+        return out
+
     @property
     def concurrent_runs(self) -> bool:
         """Whether two threads may run batches of this voice at once (the engine's CPU lanes)."""
@@ -141,11 +251,6 @@ class Voice(ABC):
         The pieces of a unit join exactly. Voices that cannot cut (Bark) run units whole."""
         return [(a, None) for a in self.run_units(units)]
 
-    def submit_units(self, units: Sequence[Unit]) -> "PendingResult":
-        """Start a batch; `.result()` gives what run_units would. Back ends that can overlap
-        the copy-out of one batch with the compute of the next override this."""
-        return PendingResult(self.run_units(units))
-
     def warmup(self) -> None:
         """Get ready for traffic (servers call this before reporting ready)."""
         self.synthesize("Warm up.")
@@ -174,7 +279,7 @@ class Voice(ABC):
         pending = list(itertools.islice(units, 1))
         if pending:  # the first sentence: its head first, if the voice cuts it
             first = pending[0]
-            audio, rest = _raise_failed(self.run_pieces(pending, early=[0])[0])
+            audio, rest = _raise_failed(self.run_pieces(self.resolve_components(pending), early=[0])[0])
             text = first.text
             start = True
             while rest is not None:
@@ -190,7 +295,7 @@ class Voice(ABC):
             pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
         while pending:
             nxt = list(itertools.islice(units, 1))  # look ahead one: mark the last chunk
-            audios = self.run_units(pending)
+            audios = self.run_units(self.resolve_components(pending))
             for k, (u, a) in enumerate(zip(pending, audios)):
                 last = not nxt and k == len(pending) - 1
                 budget.add(len(a))
@@ -215,7 +320,7 @@ class Voice(ABC):
         budgets = [AudioBudget(self.limits, self.sample_rate, self.silence_after(o)) for o in opts_list]
         it = iter(flat)
         while batch := self._take_batch(it, MAX_BATCH_SENTENCES, MAX_BATCH_COST, key=lambda x: x[1]):
-            for (ti, u), a in zip(batch, self.run_units([u for _, u in batch])):
+            for (ti, u), a in zip(batch, self.run_units(self.resolve_components([u for _, u in batch]))):
                 budgets[ti].add(len(a))
                 audio[(ti, u.index)] = a
         out = []

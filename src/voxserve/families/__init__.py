@@ -29,10 +29,10 @@ if TYPE_CHECKING:
 BUILTIN = ("piper", "bark")
 """Family packages under voxserve.families imported when the registry is first asked."""
 
-RUNNER_KINDS = ("one-shot",)
-"""Runner kinds that exist: "one-shot" (a batch of sentences in, audio out, or a continuation
-for a sentence cut into pieces). Step runners (autoregressive, continuous batching) are the
-next step of issue 18 and not built yet."""
+RUNNER_KINDS = ("one-shot", "step")
+"""Runner kinds: "one-shot" (a batch of sentences in, audio out, or a continuation for a
+sentence cut into pieces: `Voice.run_pieces`) and "step" (autoregressive: sequences advance a
+step at a time and join and leave between steps, `Voice.step_runner`)."""
 
 
 @dataclass(frozen=True)

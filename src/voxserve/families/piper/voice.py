@@ -108,10 +108,6 @@ class VitsVoice(Voice):
         """CUDA: capture the graph grid; CPU: create the kernels of every shape bucket."""
         self.runner.warmup()
 
-    def submit_units(self, units: Sequence[Unit]):
-        """Device work now, audio copy-out in flight (CUDA: on a side stream)."""
-        return self.runner.submit([u.payload for u in units])
-
     def synthesize_ids(self, ids: Sequence[Sequence[int]], options: SynthesisOptions | None = None) -> list[np.ndarray]:
         """Phoneme ids -> audio, skipping the text front end (for parity tests and tools)."""
         opts = (options or SynthesisOptions()).validate()
