@@ -188,8 +188,9 @@ class Voice(ABC):
         return []
 
     def step_runner(self) -> StepRunner | None:
-        """The voice's step runner if it runs as one (autoregressive families); None for a
-        one-shot voice, whose batches go through `run_pieces`."""
+        """The voice's step runner if it runs as one (autoregressive families; the same
+        instance at every call); None for a one-shot voice, whose batches go through
+        `run_pieces`."""
         return None
 
     def components(self) -> Mapping[Hashable, SharedComponent]:

@@ -35,9 +35,10 @@ from ..runtime.cpu import (
     set_thread_team,
     thread_teams,
 )
-from ..voice import AudioBudget
+from ..voice import AudioBudget, SharedComponent, StepResult, StepRunner
 from .scheduler import (
     Batch,
+    Item,
     Scheduler,
     SchedulerConfig,
     Throughput,
@@ -143,6 +144,17 @@ class _RequestState:
     produced_cost: int = 0  # the cost of the sentences its front end has queued
     deadline: float = float("inf")  # monotonic: admission keeps its finish before it (inf: no speed known)
     budget: AudioBudget | None = None  # the audio it has made, against its voice's limit
+    staged: int = 0  # sentences waiting for a shared component's stage (not yet in the scheduler)
+
+
+@dataclass
+class _Sequence:
+    """A unit running in a step runner: its scheduler item, and whether audio of it went out."""
+
+    voice: str
+    item: Item
+    started: bool = False
+    seconds: float = 0.0  # device time of the steps it took part in, shared among their sequences
 
 
 class _Worker:
@@ -199,6 +211,25 @@ class _Worker:
         self.running_batch = 0  # items in the batches being run
         self._max_items = engine.config.lane_batch_size if self.lanes > 1 else None
         self.spill = self.lanes > 1 and engine.config.spill
+        # step voices: their runners and the sequences in them (key -> _Sequence)
+        self.steppers: dict[str, StepRunner] = {}
+        for v in self.voices:
+            get = getattr(engine.voices[v], "step_runner", None)
+            runner = get() if get is not None else None
+            if runner is not None:
+                self.steppers[v] = runner
+        self._seqs: dict[tuple, _Sequence] = {}
+        self._seq_ids = itertools.count()
+        # shared components: one instance per key on this device, run as a stage of their own
+        self.components: dict[Any, SharedComponent] = {}
+        for v in self.voices:
+            get = getattr(engine.voices[v], "components", None)
+            for key, comp in (get() if get is not None else {}).items():
+                if self.components.setdefault(key, comp) is not comp:
+                    log.warning("voice %s brought a second instance of shared component %r; the first is used", v, key)
+        self.stage_queue: deque[tuple[_RequestState, Any]] = deque()  # (request, unit) in arrival order
+        self._stage_busy = False
+        self._last_join: Batch | None = None
 
     def _lane_name(self, lane: int) -> str:
         return f"urgent-{lane - self.lanes}" if lane >= self.lanes else str(lane)
@@ -316,56 +347,291 @@ class _Worker:
             self.cond.notify_all()  # another lane may take what is left
         return team
 
-    # The lane loop: everything below except `run` holds the lock.
+    # ---------------------------------------------------------------- step voices (lock held)
+    def _room(self, joins_only: bool = False) -> dict[str, int] | None:
+        """Sequences each step voice may take now (the scheduler's `room`); joins_only: the
+        one-shot voices get none (a step's turn)."""
+        if not self.steppers:
+            return None
+        room = {v: r.capacity - r.active for v, r in self.steppers.items()}
+        if joins_only:
+            room.update({v: 0 for v in self.voices if v not in self.steppers})
+        return room
+
+    def _stepping(self) -> bool:
+        return any(r.active for r in self.steppers.values())
+
+    def _step_turn(self) -> bool:
+        """Whether the next work is a step of the active step voices rather than a one-shot
+        batch: the voice that has used less device time goes first, as between batches."""
+        active = [v for v, r in self.steppers.items() if r.active]
+        if not active:
+            return False
+        others = [v for v in self.voices if v not in self.steppers and self.scheduler.queued_cost_of(v) > 0]
+        if not others:
+            return True
+        return min(map(self.scheduler.voice_time, active)) <= min(map(self.scheduler.voice_time, others))
+
+    def _join(self, batch: Batch) -> None:
+        """A step voice's batch: its items join the runner as sequences (run from the next step)."""
+        self._started(batch)
+        self._last_join = batch
+        runner = self.steppers[batch.voice]
+        for it in batch.items:
+            key = (it.request_id, it.index, next(self._seq_ids))
+            self._seqs[key] = _Sequence(batch.voice, it)
+            runner.join(key, it.payload)
+
+    def _seq_done(self, key: tuple, ok: bool) -> None:
+        q = self._seqs.pop(key, None)
+        if q is None:
+            return
+        self.scheduler.complete(Batch(q.voice, [q.item]))
+        self.running_batch -= 1
+        self.running_cost[q.voice] = self.running_cost.get(q.voice, 0) - q.item.cost
+        if ok and q.seconds > 0:
+            self.speed.setdefault(q.voice, Throughput()).add(q.item.cost, q.seconds)
+        self._last_done = time.monotonic()
+
+    def _drop_cancelled(self, voice: str) -> None:
+        runner = self.steppers[voice]
+        for key, q in list(self._seqs.items()):
+            if q.voice == voice:
+                r = self.engine._requests.get(q.item.request_id)
+                if r is None or r.finished:
+                    runner.leave(key)
+                    self._seq_done(key, ok=False)
+
+    def _step_result(self, voice: str, res: StepResult, resume: list) -> None:
+        eng = self.engine
+        q = self._seqs.get(res.key)
+        if q is None:
+            return
+        done = res.final or res.error is not None
+        r = eng._requests.get(q.item.request_id)
+        if done:
+            self._seq_done(res.key, ok=res.error is None)
+        if r is None or r.finished:
+            if not done:
+                self.steppers[voice].leave(res.key)
+                self._seq_done(res.key, ok=False)
+            return
+        if res.error is not None:
+            eng._fail(r, res.error)
+            return
+        audio = res.audio if res.audio is not None else np.zeros(0, dtype=np.float32)
+        if not len(audio) and not done:
+            return
+        try:
+            r.budget.add(len(audio), sentence_start=not q.started and not q.item.continues)
+        except AudioTooLongError as e:
+            if not done:
+                self.steppers[voice].leave(res.key)
+                self._seq_done(res.key, ok=False)
+            eng._fail(r, e)
+            return
+        text = "" if q.started or q.item.continues else getattr(q.item.payload, "text", "")
+        q.started = True
+        eng._deliver(r, q.item.index, audio, text, partial=not done)
+        if done:
+            eng._maybe_finish(r)
+            if eng._needs_frontend(r):
+                r.frontend_running = True
+                resume.append(r)
+
+    def _run_steps(self) -> None:
+        """One step of every active step voice, then its results delivered."""
+        resume: list[_RequestState] = []
+        for voice, runner in self.steppers.items():
+            with self.cond:
+                self._drop_cancelled(voice)
+                if not runner.active:
+                    continue
+            t0 = time.perf_counter()
+            error: BaseException | None = None
+            results: list[StepResult] = []
+            try:
+                results = runner.step()
+            except Exception as e:  # the runner's failure fails its sequences, not the worker
+                log.exception("step of %s failed", voice)
+                error = e
+            dt = time.perf_counter() - t0
+            with self.cond:
+                self.scheduler.charge(voice, dt)
+                mine = [k for k, q in self._seqs.items() if q.voice == voice]
+                for k in mine:
+                    self._seqs[k].seconds += dt / len(mine)
+                if error is not None:
+                    for k in mine:
+                        runner.leave(k)
+                        r = self.engine._requests.get(self._seqs[k].item.request_id)
+                        self._seq_done(k, ok=False)
+                        if r is not None:
+                            self.engine._fail(r, error)
+                else:
+                    for res in results:
+                        self._step_result(voice, res, resume)
+                if eng_obs := self.engine.observer:
+                    audio_s = sum(len(x.audio) for x in results if x.audio is not None) / self.engine.voices[voice].sample_rate
+                    eng_obs.on_batch(voice, len(mine), 0, dt, audio_s)
+                self.cond.notify_all()
+        for r in resume:
+            self.engine._start_frontend(r)
+
+    # ---------------------------------------------------------------- shared components
+    def _take_stage(self) -> tuple[SharedComponent, list] | None:
+        """The next batch of a shared component's work, in arrival order across requests and
+        voices (lock held); None if there is none or another lane runs one."""
+        if self._stage_busy or not self.stage_queue:
+            return None
+        while self.stage_queue and self.stage_queue[0][0].finished:
+            self.stage_queue.popleft()[0].staged -= 1
+        if not self.stage_queue:
+            return None
+        key = self.stage_queue[0][1].component
+        comp = self.components[key]
+        taken, kept, blocked = [], [], set()
+        while self.stage_queue and len(taken) < comp.max_batch:
+            r, u = self.stage_queue.popleft()
+            if r.finished:
+                r.staged -= 1
+            elif u.component == key and r.id not in blocked:
+                taken.append((r, u))
+            else:  # another component's: it keeps its place (and its request's later units too)
+                blocked.add(r.id)
+                kept.append((r, u))
+        self.stage_queue.extendleft(reversed(kept))
+        self._stage_busy = True
+        return comp, taken
+
+    def _run_stage(self, comp: SharedComponent, taken: list) -> None:
+        eng = self.engine
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        outs: list = []
+        try:  # one batch of every waiting request's and voice's inputs; outputs stay on the device
+            outs = list(comp.run([u.component_input for _, u in taken]))
+            if len(outs) != len(taken):
+                raise RuntimeError(f"shared component {comp.key!r} gave {len(outs)} outputs for {len(taken)} inputs")
+        except Exception as e:
+            log.exception("shared component %r failed on %d inputs", comp.key, len(taken))
+            error = e
+        dt = time.perf_counter() - t0
+        with self.cond:
+            self._stage_busy = False
+            now = time.monotonic()
+            for k, (r, u) in enumerate(taken):
+                r.staged -= 1
+                self.scheduler.charge(r.voice, dt / len(taken))  # each voice pays its share
+                if r.finished:
+                    continue
+                if error is not None:
+                    eng._fail(r, error)
+                    continue
+                try:
+                    unit = eng.voices[r.voice].with_component_output(u, outs[k])
+                except Exception as e:
+                    eng._fail(r, e)
+                    continue
+                self.scheduler.add_item(r.id, unit.index, unit.cost, unit, now)
+            self.cond.notify_all()
+
+    # The lane loop: everything below except the device work holds the lock.
     def _loop(self, lane: int) -> None:
         urgent = self._class(lane)
         if urgent is False:  # the other work yields the cores to urgent work
             lower_thread_priority(self.engine.config.lane_nice)
         while True:
             with self.cond:
-                batch = None
-                while batch is None:
+                work = None
+                while work is None:
                     if self.engine._stopping_now:
                         return
                     now = time.monotonic()
-                    may = self._may_schedule(lane)
-                    if may:
-                        batch = self.scheduler.schedule(now, max_items=self._max_items, urgent=urgent)
-                        if batch is None and urgent and lane == self.lanes and self._lone():
-                            batch = self.scheduler.schedule(now, max_items=self._max_items)
-                        if batch is None and self.spill and sum(self._team) < self.threads:
-                            batch = self.scheduler.schedule(now, max_items=self._max_items, urgent=urgent, spill=True)
-                    if batch is None:
+                    work = self._next_work(now, lane, urgent)
+                    if work is None:
+                        may = self._may_schedule(lane)
                         # urgent lane 0 also waits for a lone batch of the other class (only
                         # then: other work that it may not take would make it spin)
                         lone = urgent and lane == self.lanes and self._lone()
                         wake = self.scheduler.next_deadline(now, self._max_items, None if lone else urgent)
                         self.cond.wait(wake if may else None)
-                team = self._claim(lane, batch, now)
+                kind, arg = work
+                team = self._claim(lane, arg, now) if kind == "batch" else 0
             if team:
                 set_thread_team(team)
             try:
-                self._run_and_update(batch, lane)
+                self._dispatch(kind, arg, lane)
             except Exception:  # a bug in delivery must not kill the device's only worker
                 log.exception("internal error while delivering a batch")
                 with self.cond:
                     self._team[lane] = 0
                     self.cond.notify_all()
-                    for rid in {it.request_id for it in batch.items}:
-                        r = self.engine._requests.get(rid)
-                        if r is not None:
-                            self.engine._fail(r, RuntimeError("internal error"))
+                    if kind == "batch":
+                        for rid in {it.request_id for it in arg.items}:
+                            r = self.engine._requests.get(rid)
+                            if r is not None:
+                                self.engine._fail(r, RuntimeError("internal error"))
+
+    def _next_work(self, now: float, lane: int | None, urgent: bool | None, force: bool = False):
+        """(kind, arg) of the next work (lock held): ("stage", (component, entries)), ("step",
+        None) after any joins, ("batch", batch), or None. lane None: `step()` by hand."""
+        self._last_join = None
+        stage = self._take_stage()
+        if stage is not None:
+            return "stage", stage
+        if self._step_turn():
+            joins = self.scheduler.schedule(now, force=True, room=self._room(joins_only=True))
+            if joins is not None:
+                self._join(joins)
+            return "step", None
+        batch = None
+        if lane is None:
+            batch = self.scheduler.schedule(now, force=force, room=self._room())
+        elif self._may_schedule(lane):
+            room = self._room()
+            batch = self.scheduler.schedule(now, max_items=self._max_items, urgent=urgent, room=room)
+            if batch is None and urgent and lane == self.lanes and self._lone():
+                batch = self.scheduler.schedule(now, max_items=self._max_items, room=room)
+            if batch is None and self.spill and sum(self._team) < self.threads:
+                batch = self.scheduler.schedule(now, max_items=self._max_items, urgent=urgent, spill=True)
+        if batch is not None and batch.voice in self.steppers:
+            self._join(batch)
+            return "step", None
+        if batch is not None:
+            return "batch", batch
+        if self._stepping():
+            return "step", None
+        return None
+
+    def _dispatch(self, kind: str, arg, lane: int | None) -> None:
+        if kind == "stage":
+            self._run_stage(*arg)
+        elif kind == "step":
+            self._run_steps()
+        else:
+            self._run_and_update(arg, lane)
 
     def step(self, now: float | None = None, force: bool = True) -> Batch | None:
         """One schedule -> run -> update on the calling thread (tests, or a caller without the
-        worker thread). Returns the batch that ran, if any."""
+        worker thread): a one-shot batch, a shared component's batch, or a step of the step
+        voices (with any sequences that joined before it). Returns the batch that ran (for a
+        step, the joiners, possibly none; for a stage, an empty batch of the component's key),
+        or None when there was nothing to do."""
         with self.cond:
-            batch = self.scheduler.schedule(time.monotonic() if now is None else now, force=force)
-            if batch is None:
+            work = self._next_work(time.monotonic() if now is None else now, None, None, force=force)
+            if work is None:
                 return None
-            self._started(batch)
-        self._run_and_update(batch)
-        return batch
+            kind, arg = work
+            joined = self._last_join
+            if kind == "batch":
+                self._started(arg)
+        self._dispatch(kind, arg, None)
+        if kind == "stage":
+            return Batch(arg[0].key, [])
+        if kind == "step":
+            return joined or Batch(next(v for v, r in self.steppers.items()), [])
+        return arg
 
     def _run_and_update(self, batch: Batch, lane: int | None = None) -> None:
         eng = self.engine
@@ -469,8 +735,9 @@ class Engine:
 
     def _lanes(self, device: str, voices: list) -> tuple[int, int]:
         """(lanes, intra-op threads they share) for a device's worker."""
-        if not device.startswith("cpu") or not all(getattr(v, "concurrent_runs", False) for v in voices):
-            return 1, 1
+        steps = any(getattr(v, "step_runner", lambda: None)() is not None for v in voices)
+        if steps or not device.startswith("cpu") or not all(getattr(v, "concurrent_runs", False) for v in voices):
+            return 1, 1  # (a step runner is called from one thread)
         threads = intra_op_threads()
         if not thread_teams():  # without per-thread teams, lanes would oversubscribe the cores
             return 1, threads
@@ -644,7 +911,12 @@ class Engine:
     # ------------------------------------------------------------------ front end
     def _needs_frontend(self, r: _RequestState) -> bool:
         return (not r.finished and r.total is None and not r.frontend_running
-                and r.worker.scheduler.pending_items(r.id) < self.config.frontend_lookahead)
+                and self._pending(r) < self.config.frontend_lookahead)
+
+    @staticmethod
+    def _pending(r: _RequestState) -> int:
+        """Sentences of a request produced and not yet run (queued, or in a shared stage)."""
+        return r.worker.scheduler.pending_items(r.id) + r.staged
 
     def _start_frontend(self, r: _RequestState) -> None:
         try:
@@ -663,7 +935,7 @@ class Engine:
                 with w.cond:
                     if r.finished:
                         return
-                    if w.scheduler.pending_items(r.id) >= self.config.frontend_lookahead:
+                    if self._pending(r) >= self.config.frontend_lookahead:
                         r.frontend_running = False
                         if self._needs_frontend(r):  # consumed meanwhile: keep going
                             r.frontend_running = True
@@ -683,7 +955,14 @@ class Engine:
                 with w.cond:
                     if r.finished:
                         return
-                    w.scheduler.add_item(r.id, unit.index, unit.cost, unit, time.monotonic())
+                    if unit.component is None:
+                        w.scheduler.add_item(r.id, unit.index, unit.cost, unit, time.monotonic())
+                    elif unit.component in w.components:  # its shared component's stage first
+                        w.stage_queue.append((r, unit))
+                        r.staged += 1
+                    else:
+                        raise RuntimeError(f"voice {r.voice!r} gave a unit for shared component "
+                                           f"{unit.component!r}, which none of its device's voices has")
                     r.order.append(unit.index)
                     r.produced += 1
                     r.produced_cost += max(int(unit.cost), 1)

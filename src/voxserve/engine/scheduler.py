@@ -89,6 +89,16 @@ least-work-first would let a stream of slightly shorter newcomers hold one back;
 request ends with the work waits for all of it, one whose stream starts with it hears audio
 and then waits for the rest anyway.
 
+Step voices
+-----------
+A voice run by a step runner (autoregressive: its sequences advance a step at a time) takes
+its items as sequences that join the running ones between steps. The caller passes `room`, how
+many more each such voice may take now; a batch of one is then due at once (nothing is gained
+by waiting for companions: the runner batches what is active at every step), and its items stay
+in flight (`complete` per item, as each sequence finishes). The caller charges the steps' time
+to the voice (`charge`), so voices still share the device by time. A request's later sentences
+may run beside its first, but never take the last free slot: a newcomer joins at the next step.
+
 Cancellation drops a request's queued items at once (they are never run). Back-pressure:
 `admit()` refuses new requests while `max_queued_sentences` items are queued; items of accepted
 requests are always accepted.
@@ -434,15 +444,26 @@ class Scheduler:
         return self._voice_time.get(voice, 0.0)
 
     def schedule(self, now: float, force: bool = False, max_items: int | None = None,
-                 urgent: bool | None = None, spill: bool = False) -> Batch | None:
+                 urgent: bool | None = None, spill: bool = False,
+                 room: Mapping[Hashable, int] | None = None) -> Batch | None:
         """The next batch to run, or None if none is due yet (see `next_deadline`).
         force=True starts a batch now even if it is not full (e.g. at shutdown).
         max_items: a smaller batch size for this batch (the engine's CPU lanes: 1).
         urgent: True / False = of urgent / other requests only (see "Urgent work").
-        spill: requests with a batch in flight may give a second one (see "Spill")."""
+        spill: requests with a batch in flight may give a second one (see "Spill").
+        room: step voices (see "Step voices"): items each may take now; such a voice is due at
+        once when it has room and anything queued (its sequences join the running ones)."""
         best = None  # least device time used first; among equals, the least recently served
         for voice in self._voice_turn:
-            due = self._due_in(voice, now, max_items, urgent, spill)
+            limit = max_items
+            if room is not None and voice in room:
+                if room[voice] <= 0:
+                    continue
+                limit = room[voice] if limit is None else min(limit, room[voice])
+                due = self._due_in(voice, now, limit, urgent, spill)
+                due = None if due is None else 0.0
+            else:
+                due = self._due_in(voice, now, limit, urgent, spill)
             if due is None or (due > 0 and not force):
                 continue
             key = (self._voice_time.get(voice, 0.0), self._voice_served.get(voice, -1))
@@ -452,11 +473,15 @@ class Scheduler:
             return None
         voice = best[1]
         self._voice_served[voice] = next(self._batches)
-        batch = self._build(voice, now, max_items, urgent, spill)
+        reserve = 0
+        if room is not None and voice in room:
+            max_items = room[voice] if max_items is None else min(max_items, room[voice])
+            reserve = 1
+        batch = self._build(voice, now, max_items, urgent, spill, reserve)
         return batch if batch.items else None
 
     def _build(self, voice: Hashable, now: float, max_items: int | None, urgent: bool | None,
-               spill: bool = False) -> Batch:
+               spill: bool = False, reserve: int = 0) -> Batch:
         c = self.config
         size = self._batch_size(max_items)
         # a stream's first item takes no successor of its request into the batch unless it is
@@ -475,10 +500,15 @@ class Scheduler:
             if (r.streaming and r.served == 0 and it.index != r.queue[0].index
                     and r.queue[0].cost > c.max_batch_phonemes // 2):
                 continue
-            if chosen and cost + it.cost > c.max_batch_phonemes:
+            if reserve and len(chosen) >= size - reserve and any(x.request_id == it.request_id for x in chosen):
+                blocked.add(it.request_id)  # a request's later sentences leave a slot for a newcomer
+                continue
+            if reserve:  # sequences join running ones: no batch cost or padding to bound
+                pass
+            elif chosen and cost + it.cost > c.max_batch_phonemes:
                 blocked.add(it.request_id)
                 continue
-            if chosen and c.max_length_ratio:
+            elif chosen and c.max_length_ratio:
                 if max(hi, it.cost) > c.max_length_ratio * min(lo, it.cost):
                     blocked.add(it.request_id)
                     continue
@@ -507,6 +537,12 @@ class Scheduler:
         self.queued_cost -= cost
         self._voice_queued_cost[voice] -= cost
         return Batch(voice, chosen, tuple(early))
+
+    def charge(self, voice: Hashable, seconds: float) -> None:
+        """Device seconds a voice used outside a batch's `complete` (a step voice's steps, its
+        share of a shared component's batch): its fair share between voices."""
+        if seconds > 0:
+            self._voice_time[voice] = self._voice_time.get(voice, 0.0) + float(seconds)
 
     def complete(self, batch: Batch, seconds: float | None = None) -> None:
         """The batch has run (its results are delivered by the caller); `seconds`: how long it
