@@ -594,3 +594,36 @@ def test_time_admission_pairwise_bound():
     a = time_admission(10.0, 3.0, 2.5, acc, lanes=2)
     assert not a.admit and a.late_request == "long" and a.excess_s == pytest.approx(0.5)
     assert a.retry_s == pytest.approx(20.0)
+
+
+# ----------------------------------------------------------------------------- step voices
+def test_room_bounds_a_step_voice_and_a_full_one_is_skipped():
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_wait_ms=50))
+    add(s, "long", 4, voice="ar")
+    add(s, "vits", 2, voice="tts")
+    assert s.schedule(0.0, force=True, room={"ar": 0, "tts": 0}) is None  # no room anywhere
+    assert s.schedule(0.0, force=True, room={"ar": 0}).voice == "tts"
+    b = s.schedule(0.0, room={"ar": 3})  # due at once (no wait for companions), at most 3
+    assert b.voice == "ar" and len(b) == 2  # three slots, one left free for a newcomer
+
+
+def test_a_step_voice_is_due_at_once_and_leaves_a_slot_for_a_newcomer():
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_wait_ms=50))
+    add(s, "a", 6, voice="ar")
+    assert s.schedule(0.0) is None  # a one-shot voice would wait 50 ms for companions
+    b = s.schedule(0.0, room={"ar": 4})
+    assert [it.request_id for it in b.items] == ["a"] * 3  # three of four slots: one stays free
+    add(s, "b", 2, voice="ar", now=0.01)
+    b2 = s.schedule(0.01, room={"ar": 1})
+    assert [it.request_id for it in b2.items] == ["b"]  # the newcomer took it
+    for it in b.items:  # sequences complete one at a time
+        s.complete(type(b)(b.voice, [it]))
+    assert s.pending_items("a") == 3
+
+
+def test_charge_counts_toward_fair_share():
+    s = Scheduler(SchedulerConfig(max_wait_ms=0))
+    add(s, "x", 2, voice="ar")
+    add(s, "y", 2, voice="tts")
+    s.charge("ar", 5.0)
+    assert s.schedule(0.0, force=True).voice == "tts"
