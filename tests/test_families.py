@@ -23,7 +23,8 @@ def test_builtin_families_registered():
     assert {"piper", "bark"} <= set(fams)
     assert fams["piper"].options_type is voxserve.RuntimeOptions
     assert fams["bark"].options_type.__name__ == "BarkRuntimeOptions"
-    assert fams["bark"].prefix == "bark" and all(f.runner_kind == "one-shot" for f in fams.values())
+    assert fams["bark"].prefix == "bark"
+    assert fams["piper"].runner_kind == "one-shot" and fams["bark"].runner_kind == "step"
     assert family_for_path(Path("x/v.onnx")) is fams["piper"]
     assert family_for_path(Path("x/v.onnx.json")) is fams["piper"]
     assert family_for_path(Path("x/dir")) is None
@@ -104,7 +105,7 @@ def test_fake_family_unregisters(fake_family):
 
 def test_family_fields_checked():
     with pytest.raises(ValueError, match="runner_kind"):
-        Family(name="x", load=print, options_type=dict, source=print, runner_kind="step")
+        Family(name="x", load=print, options_type=dict, source=print, runner_kind="streaming")
     with pytest.raises(ValueError, match="prefix"):
         Family(name="x", load=print, options_type=dict, source=print, prefix="c")  # c: is a drive
 

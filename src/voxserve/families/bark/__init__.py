@@ -1,8 +1,10 @@
-"""The Bark family: a local `transformers` Bark checkpoint directory (`bark:DIR`), run by
-BarkRunner (runner.py: semantic -> coarse -> fine -> EnCodec, one generate call per batch).
+"""The Bark family: a local `transformers` Bark checkpoint directory (`bark:DIR`), run as a step
+runner (step.py: BarkStepRunner, sentences joining and leaving between decode steps over
+runtime/step.py), or with CPU offload by BarkRunner (runner.py: semantic -> coarse -> fine ->
+EnCodec, one generate call per batch).
 
 Modules: voice (BarkVoice, load_bark_voice, BarkRuntimeOptions, BarkVoiceConfig, its text
-front end and checkpoint checks), model (attention), runner. transformers (the `bark` extra) is
+front end and checkpoint checks), model (attention), runner, step. transformers (the `bark` extra) is
 imported only when a voice loads.
 """
 
@@ -45,7 +47,7 @@ FAMILY = register_family(Family(
     prefix="bark",
     hint=_hint,
     frontend="normalise (keeping ♪), split into sentences of at most ~10 s, Bark's BERT tokenizer",
-    runner_kind="one-shot",
+    runner_kind="step",
 ))
 
 __all__ = ["FAMILY", "BarkRuntimeOptions", "BarkVoiceConfig", "load_bark_voice"]

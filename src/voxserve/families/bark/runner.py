@@ -275,30 +275,34 @@ class BarkRunner(ResidentWeights):
             for i in range(len(items)):
                 n = lengths[i]
                 r = {"semantic": semantic[i, : n_semantic[i]], "coarse": coarse[i, :n]}
-                if n > 0:
-                    with self._sampling([temps[2][i]], [seeds[i]], 2, fine=True):
-                        # [1, n_codebooks, frames]
-                        r["fine"] = m.fine_acoustics.generate(
-                            coarse[i : i + 1, :n], semantic_generation_config=self.semantic_config,
-                            coarse_generation_config=self.coarse_config, fine_generation_config=self.fine_config,
-                            codebook_size=self.codebook_size, history_prompt=history)[0]
-                else:  # the semantic model ended at once: nothing to say
-                    r["fine"] = coarse.new_zeros((self.fine_config.n_fine_codebooks, 0))
+                r["fine"] = self.fine_tokens(coarse[i, :n], history, temps[2][i], seeds[i])
                 results.append(r)
         return results
 
+    def fine_tokens(self, coarse: torch.Tensor, history: dict[str, torch.Tensor] | None, temperature: float,
+                    seed: int) -> torch.Tensor:
+        """One sentence's fine stage: coarse [n] (codebooks interleaved) -> fine [n_codebooks,
+        frames], sampled from the sentence's own stream (see the module docstring on why one
+        sentence at a time). The caller holds the lock, no_grad and the fine stage."""
+        if coarse.numel() == 0:  # the semantic model ended at once: nothing to say
+            return coarse.new_zeros((self.fine_config.n_fine_codebooks, 0))
+        with self._sampling([temperature], [seed], 2, fine=True):
+            return self.model.fine_acoustics.generate(  # [1, n_codebooks, frames]
+                coarse[None], semantic_generation_config=self.semantic_config,
+                coarse_generation_config=self.coarse_config, fine_generation_config=self.fine_config,
+                codebook_size=self.codebook_size, history_prompt=history)[0]
+
+    def decode_audio(self, fine: torch.Tensor) -> np.ndarray:
+        """fine [n_codebooks, frames] -> float32 audio (frames * hop samples), through EnCodec."""
+        if fine.shape[-1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        wav = self.model.codec_decode(fine[None])  # [1, frames * hop]
+        return wav[0].float().cpu().numpy()
+
     def _run_group(self, items: Sequence[BarkItem], speaker: str | None) -> list[np.ndarray]:
         results = self._generate(items, speaker)
-        audio: list[np.ndarray] = []
         with self._stage("codec"):
-            for r in results:
-                fine = r["fine"]
-                if fine.shape[-1] == 0:
-                    audio.append(np.zeros(0, dtype=np.float32))
-                    continue
-                wav = self.model.codec_decode(fine[None])  # [1, frames * hop]
-                audio.append(wav[0].float().cpu().numpy())
-        return audio
+            return [self.decode_audio(r["fine"]) for r in results]
 
     @contextlib.contextmanager
     def _sampling(self, temperatures: Sequence[float], seeds: Sequence[int], stage: int, fine: bool = False):

@@ -36,7 +36,7 @@ from ...options import SynthesisOptions
 from ...text.frontend import check_text
 from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
-from ...voice import Unit, Voice, limited, sentence_seed
+from ...voice import Unit, Voice, limited, run_steps, sentence_seed
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,7 @@ class BarkVoice(Voice):
         self.config = config
         self._presets = dict(presets)
         self.source_path = source_path
+        self._step_runner = None
         self.sample_rate = int(runner.model.config.codec_config.sampling_rate)
         self.tokenizer = runner.processor.tokenizer
         if config.default_speaker is not None and config.default_speaker not in self._presets:
@@ -313,9 +314,25 @@ class BarkVoice(Voice):
         split = split_sentences(normalize_bark_text(text)) if silence else ()
         return limited(gen(), self.limits, split, silence)
 
+    def step_runner(self):
+        """The voice's BarkStepRunner (step.py; one per voice, for the engine's worker); None
+        with CPU offload on, whose one-stage-at-a-time weights fit one-shot batches only."""
+        if self.runner.offload:
+            return None
+        if self._step_runner is None:
+            from .step import BarkStepRunner
+
+            self._step_runner = BarkStepRunner(self.runner)
+        return self._step_runner
+
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (), on_early=None) -> list[np.ndarray]:
         # no early heads: a Bark sentence's audio comes out of three generation stages at once
-        return self.runner.run([u.payload for u in units])
+        if self.runner.offload:
+            return self.runner.run([u.payload for u in units])
+        from .step import BarkStepRunner
+
+        # a runner of its own (not the engine's), all units joined at once
+        return run_steps(BarkStepRunner(self.runner, capacity=max(1, len(units))), units)
 
     # ---------------------------------------------------------------- text
     def sentences(self, text: str) -> Iterator[str]:
