@@ -32,29 +32,59 @@ PRESETS = ["announcer", "v2/en_speaker_0", "v2/en_speaker_1"]
 
 
 class Recorder:
-    """A voice as the engine sees it, recording every batch; `hold` makes every batch after the
-    first wait until it is set (so a test can look at the stream between two batches)."""
+    """A voice as the engine sees it, recording what its step runner runs: `batches` holds the
+    payloads that joined before each step (one list per step that had joiners; for a one-shot
+    voice, each batch's payloads); `hold` makes
+    every step with joiners after the first wait until it is set (so a test can look at the
+    stream in between); `fail_next` makes the next step raise."""
 
     def __init__(self, voice):
         self._voice = voice
+        runner = voice.step_runner()
+        self._runner = None if runner is None else _RecordingRunner(self, runner)
         self.batches: list[list] = []
         self.hold: threading.Event | None = None
         self.fail_next: Exception | None = None
+        self.max_active = 0
 
     def __getattr__(self, name):
         return getattr(self._voice, name)
 
-    def run_pieces(self, units, early=(), max_cost=None):
-        return [(a, None) for a in self.run_units(units)]
+    def step_runner(self):
+        return self._runner
 
-    def run_units(self, units, early=(), on_early=None):
+    def run_pieces(self, units, early=(), max_cost=None):  # a one-shot voice (VITS)
         self.batches.append([u.payload for u in units])
-        if self.hold is not None and len(self.batches) > 1:
-            assert self.hold.wait(30), "test did not release the batch"
-        if self.fail_next is not None:
-            e, self.fail_next = self.fail_next, None
+        return self._voice.run_pieces(units, early, max_cost)
+
+
+class _RecordingRunner:
+    def __init__(self, rec: Recorder, runner):
+        self.rec, self.runner, self.joining = rec, runner, []
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    @property
+    def active(self):
+        return self.runner.active
+
+    def join(self, key, unit):
+        self.joining.append(unit.payload)
+        self.runner.join(key, unit)
+
+    def step(self):
+        rec = self.rec
+        if self.joining:
+            rec.batches.append(self.joining)
+            self.joining = []
+            if rec.hold is not None and len(rec.batches) > 1:
+                assert rec.hold.wait(30), "test did not release the step"
+        rec.max_active = max(rec.max_active, self.runner.active)
+        if rec.fail_next is not None:
+            e, rec.fail_next = rec.fail_next, None
             raise e
-        return self._voice.run_units(units, early, on_early)
+        return self.runner.step()
 
 
 class Sink:
@@ -98,9 +128,18 @@ def direct(voice, text: str, options: SynthesisOptions) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- engine
-def test_one_batch_holds_several_presets_and_each_gets_its_own_audio(bark_voice):
+def drain(eng: Engine, limit: int = 20_000) -> list:
+    """Step until nothing is left; the batches (joins) each step returned."""
+    out = []
+    while (b := eng.step()) is not None:
+        out.append(b)
+        assert len(out) < limit, "the engine never ran out of work"
+    return out
+
+
+def test_one_step_holds_several_presets_and_each_gets_its_own_audio(bark_voice):
     rec = Recorder(bark_voice)
-    eng = engine_for(rec, max_batch_size=8, max_batch_phonemes=10_000).start(threads=False)
+    eng = engine_for(rec, max_batch_size=8).start(threads=False)
     jobs = [("Hello world.", "announcer"), ("The cat is on the mat.", "v2/en_speaker_0"),
             ("I like pizza.", "v2/en_speaker_1"), ("A dog.", None), ("One two three.", 1)]
     sinks = []
@@ -109,30 +148,63 @@ def test_one_batch_holds_several_presets_and_each_gets_its_own_audio(bark_voice)
         eng.submit(bark_voice.name, text, SynthesisOptions(speaker=speaker, seed=10 + k), sinks[-1])
     wait_queued(eng, len(jobs))
     batch = eng.step()
-    assert batch is not None and len(batch) == len(jobs)  # all five requests, one batch
+    assert batch is not None and len(batch) == len(jobs)  # all five requests joined the first step
     assert {p.speaker for p in rec.batches[0]} == {"announcer", "v2/en_speaker_0", "v2/en_speaker_1", None}
+    drain(eng)
+    assert len(rec.batches) == 1
     for (text, speaker), k, sink in zip(jobs, range(len(jobs)), sinks):
         assert sink.done.is_set() and sink.error is None
         ref = direct(bark_voice, text, SynthesisOptions(speaker=speaker, seed=10 + k))
-        np.testing.assert_array_equal(sink.joined(), ref)  # alone == in a mixed-preset batch
+        np.testing.assert_array_equal(sink.joined(), ref)  # alone == among the others
 
 
-def test_bark_batches_are_bounded_by_the_scheduler_cost(bark_voice):
-    # cost 2 per character: the default 256 holds about 128 characters of Bark text
+def test_bark_sequences_are_bounded_by_the_runner_capacity(bark_voice):
     rec = Recorder(bark_voice)
-    eng = engine_for(rec).start(threads=False)  # default limits: 8 sentences, 256 cost
+    eng = engine_for(rec).start(threads=False)
     text = " ".join(["The cat is on the mat."] * 6 + ["Hello."] * 6)
     sink = Sink()
     eng.submit(bark_voice.name, text, SynthesisOptions(seed=1), sink)
     wait_queued(eng, 12)
-    while (b := eng.step()) is not None:
-        assert len(b) <= 8 and (b.cost <= 256 or len(b) == 1), (len(b), b.cost)
+    drain(eng)
+    capacity = bark_voice.step_runner().capacity
     assert sink.done.is_set() and len(sink.audio) == 12
-    assert [len(b) for b in rec.batches][:1] == [5]  # 5 x 44 = 220 <= 256 < 6 x 44
-    # the 4x length rule keeps the 12-cost "Hello." out of the 44-cost sentences' batches
-    for batch in rec.batches:
-        costs = [bark_voice.cost(p.text) for p in batch]
-        assert max(costs) <= 4 * min(costs)
+    assert rec.max_active <= capacity
+    assert len(rec.batches[0]) == min(8, capacity) - 1  # a lone request leaves a slot for a newcomer
+    np.testing.assert_array_equal(sink.joined(), direct(bark_voice, text, SynthesisOptions(seed=1)))
+
+
+def test_a_late_request_gets_its_audio_before_an_8_request_generation_ends(bark_voice, monkeypatch):
+    monkeypatch.setattr(bark_voice.step_runner(), "capacity", 16)  # room beside the 8
+    rec = Recorder(bark_voice)
+    eng = engine_for(rec, max_batch_size=16).start(threads=False)
+    long_text = "Hello world. The cat is on the mat. One two three four five six."
+    sinks = [Sink() for _ in range(8)]
+    for k, s in enumerate(sinks):
+        eng.submit(bark_voice.name, long_text, SynthesisOptions(seed=k), s)
+    wait_queued(eng, 24)
+    for _ in range(3):  # the 8 are generating
+        eng.step()
+    assert rec.max_active >= 8 - 1
+    late = Sink()
+    rid = eng.submit(bark_voice.name, "I like pizza.", SynthesisOptions(seed=99), late)
+    sched = next(iter(eng._workers.values())).scheduler
+    deadline = time.time() + 10
+    while not sched.pending_items(rid):  # its front end has queued it
+        assert time.time() < deadline
+        time.sleep(0.005)
+    joined_at = None
+    n = 0
+    while not late.done.is_set():
+        b = eng.step()
+        assert b is not None
+        n += 1
+        if joined_at is None and any(p.text == "I like pizza." for p in (rec.batches[-1] if rec.batches else [])):
+            joined_at = n
+    assert joined_at == 1  # it joined at the next step
+    assert not all(s.done.is_set() for s in sinks)  # its audio came before the generation ended
+    drain(eng)
+    assert all(s.done.is_set() and s.error is None for s in sinks)
+    np.testing.assert_array_equal(late.joined(), direct(bark_voice, "I like pizza.", SynthesisOptions(seed=99)))
 
 
 def test_vits_and_bark_one_voice_per_batch(bark_voice, joe_voice):
@@ -157,17 +229,17 @@ def test_vits_and_bark_one_voice_per_batch(bark_voice, joe_voice):
 
 def test_cancelled_bark_request_never_runs_its_queued_sentences(bark_voice):
     rec = Recorder(bark_voice)
-    eng = engine_for(rec, max_batch_size=1).start(threads=False)
+    eng = engine_for(rec, max_batch_size=1).start(threads=False)  # one sentence joins a step
     sink = Sink()
     rid = eng.submit(bark_voice.name, "Hello world. The cat is on the mat. I like pizza. A dog.",
                      SynthesisOptions(seed=2), sink)
     wait_queued(eng, 4)
     eng.step()
-    assert len(sink.audio) == 1
-    eng.cancel(rid)
-    assert eng.step() is None  # nothing left to run
+    eng.cancel(rid)  # its first sentence is running, three are queued
+    drain(eng)
     assert len(rec.batches) == 1 and eng.sentences_dropped == 3
-    assert not sink.done.is_set() and len(sink.audio) == 1  # no callbacks after the cancel
+    assert rec.step_runner().active == 0  # the running one left the runner
+    assert not sink.done.is_set() and not sink.audio  # no callbacks after the cancel
 
 
 def test_bark_model_failure_fails_its_batch_only(bark_voice, joe_voice):
@@ -178,14 +250,13 @@ def test_bark_model_failure_fails_its_batch_only(bark_voice, joe_voice):
     eng.submit(joe_voice.name, "Still here.", voxserve.DETERMINISTIC, vits)
     wait_queued(eng, 2)
     bark.fail_next = RuntimeError("CUDA out of memory (simulated)")
-    while eng.step() is not None:
-        pass
+    drain(eng)
     assert isinstance(bad.error, RuntimeError)
     assert vits.done.is_set() and vits.error is None
     again = Sink()  # the worker survived: the next Bark request runs
     eng.submit(bark_voice.name, "Hello world.", SynthesisOptions(seed=1), again)
     wait_queued(eng, 1)
-    eng.step()
+    drain(eng)
     assert again.done.is_set() and again.error is None
 
 

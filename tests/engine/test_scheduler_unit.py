@@ -627,3 +627,16 @@ def test_charge_counts_toward_fair_share():
     add(s, "y", 2, voice="tts")
     s.charge("ar", 5.0)
     assert s.schedule(0.0, force=True).voice == "tts"
+
+
+def test_a_step_voices_request_keeps_joining_while_its_sentences_run():
+    s = Scheduler(SchedulerConfig(max_batch_size=8, max_wait_ms=0))
+    add(s, "a", 6, voice="ar")
+    b = s.schedule(0.0, room={"ar": 2})
+    assert [it.index for it in b.items] == [0]  # one slot stays free
+    b = s.schedule(0.0, room={"ar": 3})  # "a" has a sentence in flight and still joins
+    assert [it.index for it in b.items] == [1, 2]
+    add(s, "new", 1, voice="ar")
+    add(s, "more", 1, voice="ar")
+    b = s.schedule(0.0, room={"ar": 2})  # requests with nothing in flight go first
+    assert [it.request_id for it in b.items] == ["new", "more"]

@@ -123,6 +123,7 @@ class Sink(Protocol):
 
 class BatchObserver(Protocol):
     def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float) -> None: ...
+    # optional: on_step(voice, active, finished, seconds, audio_seconds), one call per step of a step voice
 
 
 @dataclass
@@ -411,6 +412,9 @@ class _Worker:
         r = eng._requests.get(q.item.request_id)
         if done:
             self._seq_done(res.key, ok=res.error is None)
+            if res.error is None:
+                with eng._stats_lock:
+                    eng.sentences_run += 1
         if r is None or r.finished:
             if not done:
                 self.steppers[voice].leave(res.key)
@@ -471,9 +475,10 @@ class _Worker:
                 else:
                     for res in results:
                         self._step_result(voice, res, resume)
-                if eng_obs := self.engine.observer:
+                on_step = getattr(self.engine.observer, "on_step", None)
+                if on_step is not None and error is None:
                     audio_s = sum(len(x.audio) for x in results if x.audio is not None) / self.engine.voices[voice].sample_rate
-                    eng_obs.on_batch(voice, len(mine), 0, dt, audio_s)
+                    on_step(voice, len(mine), sum(1 for x in results if x.final and x.error is None), dt, audio_s)
                 self.cond.notify_all()
         for r in resume:
             self.engine._start_frontend(r)

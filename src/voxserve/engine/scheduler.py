@@ -97,7 +97,8 @@ many more each such voice may take now; a batch of one is then due at once (noth
 by waiting for companions: the runner batches what is active at every step), and its items stay
 in flight (`complete` per item, as each sequence finishes). The caller charges the steps' time
 to the voice (`charge`), so voices still share the device by time. A request's later sentences
-may run beside its first, but never take the last free slot: a newcomer joins at the next step.
+may join while earlier ones run, but never take the last free slot: a newcomer (a request with
+nothing in flight, which also goes first) joins at the next step.
 
 Cancellation drops a request's queued items at once (they are never run). Back-pressure:
 `admit()` refuses new requests while `max_queued_sentences` items are queued; items of accepted
@@ -362,16 +363,21 @@ class Scheduler:
         of its request is in flight before it)."""
         return r.running == 1 and not r.queue[0].continues
 
-    def _schedulable(self, voice: Hashable, urgent: bool | None, spill: bool = False) -> list[_Request]:
+    def _schedulable(self, voice: Hashable, urgent: bool | None, spill: bool = False,
+                     step: bool = False) -> list[_Request]:
         """A voice's requests with queued items and no batch in flight (with `spill`, or one
-        that may take a second), of the class asked."""
+        that may take a second; with `step`, any: a step voice's sequences run side by side),
+        of the class asked."""
         return [r for r in self._requests.values()
-                if r.voice == voice and r.queue and (not r.running or (spill and self._spillable(r)))
+                if r.voice == voice and r.queue
+                and (not r.running or step or (spill and self._spillable(r)))
                 and self._in_class(r, urgent)]
 
-    def _order(self, voice: Hashable, now: float, urgent: bool | None = None, spill: bool = False) -> list[_Request]:
-        """Requests of a voice (and class) with queued items, in service order."""
-        rs = self._schedulable(voice, urgent, spill)
+    def _order(self, voice: Hashable, now: float, urgent: bool | None = None, spill: bool = False,
+               step: bool = False) -> list[_Request]:
+        """Requests of a voice (and class) with queued items, in service order (with `step`,
+        those with nothing in flight first)."""
+        rs = self._schedulable(voice, urgent, spill, step)
         starving = {r.id for r in rs if self._starving(r, now)}
         if (voice, urgent) in self._rescued and len(starving) < len(rs):
             starving = set()  # the last batch was a rescue: the others' turn (module doc)
@@ -386,13 +392,14 @@ class Scheduler:
                 return (1, self._left(r), r.vserved, r.seq)
             return (1 if self._first(r) else 2, 0, r.vserved, r.seq)
 
-        rs.sort(key=key)
+        rs.sort(key=(lambda r: (r.running > 0, key(r))) if step else key)
         return rs
 
-    def _candidates(self, voice: Hashable, now: float, urgent: bool | None, spill: bool = False) -> Iterable[Item]:
+    def _candidates(self, voice: Hashable, now: float, urgent: bool | None, spill: bool = False,
+                    step: bool = False) -> Iterable[Item]:
         """Items of a voice in service order: round 0 takes each request's next item, round 1
         the one after, ... (a request's items stay in order)."""
-        rs = self._order(voice, now, urgent, spill)
+        rs = self._order(voice, now, urgent, spill, step)
         depth = 0
         while rs:
             nxt = []
@@ -419,12 +426,12 @@ class Scheduler:
         return self.config.max_batch_size if max_items is None else min(max_items, self.config.max_batch_size)
 
     def _due_in(self, voice: Hashable, now: float, max_items: int | None = None,
-                urgent: bool | None = None, spill: bool = False) -> float | None:
+                urgent: bool | None = None, spill: bool = False, step: bool = False) -> float | None:
         c = self.config
         full = self._batch_size(max_items)
         count = cost = 0
         oldest = None
-        for r in self._schedulable(voice, urgent, spill):
+        for r in self._schedulable(voice, urgent, spill, step):
             count += len(r.queue)
             if cost < c.max_batch_phonemes:
                 cost += sum(it.cost for it in r.queue)
@@ -460,7 +467,7 @@ class Scheduler:
                 if room[voice] <= 0:
                     continue
                 limit = room[voice] if limit is None else min(limit, room[voice])
-                due = self._due_in(voice, now, limit, urgent, spill)
+                due = self._due_in(voice, now, limit, urgent, spill, step=True)
                 due = None if due is None else 0.0
             else:
                 due = self._due_in(voice, now, limit, urgent, spill)
@@ -491,7 +498,7 @@ class Scheduler:
         cost = 0
         lo = hi = 0
         blocked: set = set()  # requests with a skipped item: their later items must wait too
-        for it in self._candidates(voice, now, urgent, spill):
+        for it in self._candidates(voice, now, urgent, spill, step=bool(reserve)):
             if len(chosen) >= size:
                 break
             if it.request_id in blocked:
@@ -500,7 +507,8 @@ class Scheduler:
             if (r.streaming and r.served == 0 and it.index != r.queue[0].index
                     and r.queue[0].cost > c.max_batch_phonemes // 2):
                 continue
-            if reserve and len(chosen) >= size - reserve and any(x.request_id == it.request_id for x in chosen):
+            if reserve and len(chosen) >= size - reserve and (
+                    r.running or any(x.request_id == it.request_id for x in chosen)):
                 blocked.add(it.request_id)  # a request's later sentences leave a slot for a newcomer
                 continue
             if reserve:  # sequences join running ones: no batch cost or padding to bound

@@ -32,6 +32,9 @@ class Metrics:
                                     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
         self.batch_phonemes = Histogram("voxserve_batch_phonemes", "Phoneme ids per batch", registry=r,
                                         buckets=(32, 64, 128, 256, 512, 1024, 2048, 4096, 8192))
+        self.step_sequences = Histogram("voxserve_step_sequences",
+                                        "Sequences active in a step of a step voice (continuous batching)",
+                                        registry=r, buckets=(1, 2, 4, 8, 16, 32, 64))
         self.batch_seconds = Histogram("voxserve_batch_seconds", "Model time per batch", registry=r,
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
         self.ttfa = Histogram("voxserve_time_to_first_audio_seconds", "Request accepted -> first audio ready",
@@ -56,6 +59,11 @@ class Metrics:
         self.audio_seconds.inc(audio_seconds)
         if audio_seconds > 0:
             self.rtf.observe(seconds / audio_seconds)
+
+    def on_step(self, voice: str, active: int, finished: int, seconds: float, audio_seconds: float) -> None:
+        self.step_sequences.observe(active)
+        self.sentences.inc(finished)
+        self.audio_seconds.inc(audio_seconds)
 
     def render(self) -> bytes:
         eng = self.engine
