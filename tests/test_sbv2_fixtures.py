@@ -91,7 +91,6 @@ def test_english_frontend(frontend):
     assert len(en) >= 15 and len({d["text"] for d in en}) == len(en)
     for d in en:
         _check_sentence(d, syms, "EN", 8, 3)
-        assert all(t["phones"] for t in [d])
     assert any("'" in d["text"] for d in en) and any(any(c.isdigit() for c in d["text"]) for d in en)
     # some words reach the g2p as several tokenizer pieces (SBV2 looks each piece up alone)
     assert any(t[0] != "▁" and t.isalpha() for d in en for t in d["bert_tokens"])
