@@ -31,7 +31,7 @@ def synth() -> tuple[dict, dict]:
 
 def test_fixtures_are_small():
     files = [p for p in FIX.iterdir() if p.is_file()]
-    assert {"frontend.json", "synth.json", "synth.npz", "make_reference.py", "README.md"} <= {p.name for p in files}
+    assert {"frontend.json", "synth.json", "synth.npz", "make_reference.py", "weights.py", "README.md"} <= {p.name for p in files}
     assert sum(p.stat().st_size for p in files) < 1_000_000
     assert not [p for p in FIX.rglob("*") if p.suffix in (".safetensors", ".bin", ".pt", ".model")]
 
@@ -184,3 +184,41 @@ def test_tiny_model_cases(synth, frontend, variant):
     assert feats.shape == (1024, T) and hid.shape == (len(arrays[f"{k}/bert_input_ids"]), 1024)
     assert len(w2p) == hid.shape[0] and w2p.sum() == T
     np.testing.assert_array_equal(np.repeat(hid, w2p, axis=0).T, feats)
+
+
+def _weights_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sbv2_fixture_weights", FIX / "weights.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("variant", ["jp_extra", "multilingual"])
+def test_net_g_weights_rebuild_without_the_reference(synth, variant):
+    """weights.py (numpy only) gives the very tensors the reference saved and ran."""
+    meta, _ = synth
+    m = meta["models"][variant]
+    w = _weights_module()
+    tensors = w.make_state_dict(m["weights_seed"], m["safetensors_keys"])
+    assert set(tensors) == set(m["safetensors_keys"]) - {"iteration"}
+    assert all(list(t.shape) == m["safetensors_keys"][k] for k, t in tensors.items())
+    assert w.tensors_sha256(tensors) == m["tensors_sha256"]
+    assert float(tensors["dp.proj.bias"][0]) == w.DP_PROJ_BIAS
+
+
+def test_bert_weights_and_files_rebuild_without_the_reference(synth, frontend):
+    meta, _ = synth
+    bert = meta["bert"]
+    assert set(bert) == {"deberta-v2-large-japanese-char-wwm", "deberta-v3-large", "chinese-roberta-wwm-ext-large"}
+    w = _weights_module()
+    for name, b in bert.items():
+        assert b["config"]["hidden_size"] == 1024 and 2 <= b["config"]["num_hidden_layers"] <= 3
+        assert w.tensors_sha256(w.make_state_dict(b["seed"], b["parameters"])) == b["tensors_sha256"], name
+    jp = bert["deberta-v2-large-japanese-char-wwm"]
+    assert jp["class"] == "DebertaV2ForMaskedLM"
+    assert jp["tokenizer_files"]["vocab.txt"]["text"].splitlines() == frontend["jp_bert_vocab"]
+    assert json.loads(jp["tokenizer_files"]["tokenizer_config.json"]["text"])["subword_tokenizer_type"] == "character"
+    assert "base64" in bert["deberta-v3-large"]["tokenizer_files"]["spm.model"]
+    assert bert["deberta-v3-large"]["class"] == "DebertaV2Model"
