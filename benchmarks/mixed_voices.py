@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     import torch
 
     import voxserve
-    from voxserve.bench.bark_random import random_bark_voice
+    from bark_random import random_bark_voice
 
     torch.set_num_threads(ns.threads)
     joe = voxserve.load_voice(device="cpu")

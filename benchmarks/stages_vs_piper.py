@@ -28,7 +28,7 @@ import onnxruntime as ort
 import torch
 
 import voxserve
-from voxserve.bench.stages import STAGE_METHODS, corpus_units, time_stages
+from bench_stages import STAGE_METHODS, corpus_units, time_stages
 
 STAGES = tuple(STAGE_METHODS)
 

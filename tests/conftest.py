@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "corpus" / "en_bench.jsonl"
+BENCHMARKS = ROOT / "benchmarks"
+"""Developer tools the tests also use (bark_random.py, bench_bark.py): outside the package."""
+if str(BENCHMARKS) not in sys.path:
+    sys.path.append(str(BENCHMARKS))
 
 
 def pytest_configure(config):

@@ -73,6 +73,34 @@ def float_to_int16(samples: np.ndarray) -> np.ndarray:
     return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
 
 
+def silence_samples(silence_s: float, sample_rate: int) -> int:
+    """Samples of `silence_s` seconds of sentence silence (how every join and limit counts it)."""
+    return int(round(silence_s * sample_rate))
+
+
+class SentenceJoiner:
+    """The one rule for sentence silence: `silence_s` goes before every sentence but the first,
+    never between the pieces of one sentence (a chunk with `partial` set is continued by the
+    next). Works on a stream, chunk by chunk (`pieces`), or on a whole list (`join`)."""
+
+    def __init__(self, sample_rate: int, silence_s: float = 0.0):
+        self.gap = np.zeros(silence_samples(silence_s, sample_rate), dtype=np.float32)
+        self._started = False
+        self._in_sentence = False
+
+    def pieces(self, samples: np.ndarray, partial: bool = False) -> list[np.ndarray]:
+        """What to write for the next chunk: its samples, after the silence if a sentence starts."""
+        gap = self._started and not self._in_sentence and len(self.gap)
+        self._started, self._in_sentence = True, partial
+        return [self.gap, samples] if gap else [samples]
+
+    def join(self, chunks) -> np.ndarray:
+        """AudioChunks (or plain arrays, one sentence each) joined into one array."""
+        parts = [p for c in chunks
+                 for p in (self.pieces(c.samples, c.partial) if isinstance(c, AudioChunk) else self.pieces(c))]
+        return np.concatenate(parts).astype(np.float32, copy=False) if parts else np.zeros(0, np.float32)
+
+
 def format_from_path(path: Path) -> str:
     ext = path.suffix.lower().lstrip(".")
     if ext == "oga":
@@ -94,6 +122,8 @@ def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     fmt = check_format(fmt)
     if fmt == "pcm":
         return float_to_int16(samples).tobytes()
+    if fmt == "wav":
+        return wav_header(sample_rate, len(samples)) + float_to_int16(samples).tobytes()
     buf = io.BytesIO()
     write_stream(buf, sample_rate, fmt, [samples])
     return buf.getvalue()
@@ -114,6 +144,19 @@ def write_stream(out: BinaryIO, sample_rate: int, fmt: str, chunks) -> None:
     if fmt == "pcm":
         for c in chunks:
             out.write(float_to_int16(np.asarray(c, dtype=np.float32)).tobytes())
+        return
+    if fmt == "wav" and _seekable(out):  # the sizes patched in at the end
+        start = out.tell()
+        out.write(wav_header(sample_rate, 0))
+        n = 0
+        for c in chunks:
+            data = float_to_int16(np.asarray(c, dtype=np.float32)).tobytes()
+            out.write(data)
+            n += len(data) // 2
+        end = out.tell()
+        out.seek(start)
+        out.write(wav_header(sample_rate, n))
+        out.seek(end)
         return
     if not _seekable(out):
         enc = _SndfileEncoder(sample_rate, "ogg") if fmt == "ogg" else open_stream_encoder(fmt, sample_rate)
@@ -230,14 +273,25 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 STREAM_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 
 
-def streaming_wav_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
-    """A WAV header for a stream of unknown length (sizes set to the maximum, as ffmpeg does)."""
+def wav_header(sample_rate: int, n_samples: int | None = None, channels: int = 1, bits: int = 16) -> bytes:
+    """The 44-byte header of a PCM WAV file of `n_samples` frames; None = a stream of unknown
+    length (sizes set to the maximum, as ffmpeg does). Every WAV voxserve writes starts with it."""
     import struct
 
     block = channels * bits // 8
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt "
+    if n_samples is None:
+        riff = data = 0xFFFFFFFF
+    else:
+        data = n_samples * block
+        riff = 36 + data
+    return (b"RIFF" + struct.pack("<I", riff) + b"WAVEfmt "
             + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, bits)
-            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+            + b"data" + struct.pack("<I", data))
+
+
+def streaming_wav_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
+    """A WAV header for a stream of unknown length."""
+    return wav_header(sample_rate, None, channels, bits)
 
 
 class StreamEncoder:

@@ -8,30 +8,33 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from .limits import Limits
-from .options import SynthesisOptions, option_help
+from .options import SynthesisOptions, option_rules
 
 EXIT_USAGE = 2  # bad input (argparse uses 2 as well)
 EXIT_ERROR = 1
 
 
-def _options_args(p: argparse.ArgumentParser) -> None:
-    """Flags for every SynthesisOptions field (default None = the voice's default); help and
-    ranges come from the fields' rules, which `validate()` applies."""
-    types = {"speaker": str, "seed": int}
-    for f in fields(SynthesisOptions):
-        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=types.get(f.name, float),
-                       default=f.default, help=option_help(f.name))
+def options_args(p: argparse.ArgumentParser, options_type: type = SynthesisOptions) -> None:
+    """A flag for every option of `options_type` (default None = the voice's default), its type,
+    help and range from the option's rule, which `validate()` applies."""
+    for name, rule in option_rules(options_type).items():
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=_named(rule.parse, rule.kind.replace("_", " ")),
+                       default=None, help=rule.help_text, metavar=name.upper())
 
 
-def _options_from(ns: argparse.Namespace) -> SynthesisOptions:
-    kw = {f.name: getattr(ns, f.name) for f in fields(SynthesisOptions)}
-    if isinstance(kw["speaker"], str) and kw["speaker"].isdigit():
-        kw["speaker"] = int(kw["speaker"])
-    return SynthesisOptions(**kw)
+def _named(parse, name: str):
+    """`parse` under the name argparse's error shows ("invalid number value: 'x'")."""
+    def f(text: str):
+        return parse(text)
+    f.__name__ = name
+    return f
+
+
+def options_from(ns: argparse.Namespace, options_type: type = SynthesisOptions):
+    return options_type(**{name: getattr(ns, name) for name in option_rules(options_type)})
 
 
 def _read_text(ns: argparse.Namespace) -> str:
@@ -48,11 +51,11 @@ def _read_text(ns: argparse.Namespace) -> str:
 
 def cmd_say(ns: argparse.Namespace) -> int:
     from . import load_voice
-    from .audio import check_format, format_from_path, write_stream
+    from .audio import SentenceJoiner, check_format, format_from_path, write_stream
     from .outfile import check_output, open_output
 
     text = _read_text(ns)
-    options = _options_from(ns).validate()
+    options = options_from(ns).validate()
     check_output(ns.output)
     fmt = check_format(ns.format) if ns.format else ("wav" if ns.output == "-" else format_from_path(Path(ns.output)))
     limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
@@ -61,16 +64,14 @@ def cmd_say(ns: argparse.Namespace) -> int:
     silence = voice.silence_after(options)
 
     def chunks():
-        import numpy as np
         from tqdm import tqdm
 
+        joiner = SentenceJoiner(voice.sample_rate, silence)
         show = ns.progress if ns.progress is not None else (len(units) > 3 and sys.stderr.isatty())
         with tqdm(total=len(units), unit="sentence", disable=not show, file=sys.stderr) as bar:
             for c in voice.stream_units(iter(units), silence):
-                yield c.samples
-                if silence and not c.is_last and not c.partial:  # no gap inside a sentence
-                    yield np.zeros(int(round(silence * voice.sample_rate)), dtype=np.float32)
-                bar.update(1)
+                yield from joiner.pieces(c.samples, c.partial)
+                bar.update(0 if c.partial else 1)
 
     # opened only now: bad input or a missing voice leaves an existing file alone and no reader
     # of a pipe waiting; a pipe, a device or stdout gets each container's stream form
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"refuse a sentence whose audio would pass this (default {Limits.max_sentence_audio_seconds:g})")
     say.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar (default: on a terminal, for more than 3 sentences)")
-    _options_args(say)
+    options_args(say)
     say.set_defaults(func=cmd_say)
 
     voices = sub.add_parser("voices", help="list the voices that can load")

@@ -1,14 +1,18 @@
 """Per-request synthesis options. None means "the voice's default".
 
-Every option has one rule, in its field's metadata, checked once by `validate()`; the CLI
-flags and their help derive from the same metadata, and the HTTP server passes values through
-to `validate()`, so the library, the CLI and HTTP apply the same bounds.
+Every option has one rule (an `OptionRule` in its field's metadata), checked once by
+`validate()`. The CLI flags (voxserve.cli) and the HTTP request schema (voxserve.serve.schemas)
+are built from the same rules, so a field added here (or in a subclass) is a flag and an HTTP
+field with its type, help and range, and nothing else needs an edit.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Mapping
 
 from .errors import InvalidOptionError
 
@@ -16,44 +20,101 @@ MAX_SEED = (1 << 63) - 1
 MAX_SPEAKER_ID = (1 << 31) - 1
 MAX_SPEAKER_NAME = 200
 
+KINDS = ("number", "integer", "id_or_name")
 
-def _number(lo: float, hi: float, help: str, unit: str = "") -> dict:
-    return {"range": (lo, hi), "unit": unit, "help": help}
+
+@dataclass(frozen=True)
+class OptionRule:
+    """What values an option takes, and how the CLI and the HTTP schema present it."""
+
+    kind: str
+    """"number" (a finite int or float), "integer" (an int, not a bool) or "id_or_name" (an
+    integer id in `range` or a name of 1 to `max_len` characters)."""
+    range: tuple[float, float]
+    """(lo, hi), both inclusive (for id_or_name: of the id)."""
+    help: str
+    unit: str = ""
+    max_len: int = 0
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"an option's kind is one of {KINDS}, not {self.kind!r}")
+
+    def check(self, name: str, value: object) -> None:
+        """Raises InvalidOptionError unless `value` obeys the rule."""
+        lo, hi = self.range
+        if self.kind == "id_or_name":
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise InvalidOptionError(name, f"must be an id or a name, got {value!r}")
+            if isinstance(value, int) and not lo <= value <= hi:
+                raise InvalidOptionError(name, f"an id must be between {lo} and {hi}, got {value}")
+            if isinstance(value, str) and not 0 < len(value) <= self.max_len:
+                raise InvalidOptionError(name, f"a name must have 1 to {self.max_len} characters")
+            return
+        if self.kind == "integer":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidOptionError(name, f"must be an integer, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidOptionError(name, f"must be a finite number, got {value!r}")
+        if not lo <= value <= hi:
+            unit = f" {self.unit}" if self.unit else ""
+            raise InvalidOptionError(name, f"must be between {lo:g} and {hi:g}{unit}, got {value!r}")
+
+    def parse(self, text: str) -> int | float | str:
+        """A command-line string as the option's value (the rule is checked later, by validate())."""
+        if self.kind == "number":
+            return float(text)
+        if self.kind == "integer":
+            return int(text)
+        return int(text) if text.isdigit() else text
+
+    @property
+    def help_text(self) -> str:
+        """The help, with the range where it tells a user something."""
+        if self.kind != "number":
+            return self.help
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.help} ({self.range[0]:g}-{self.range[1]:g}{unit})"
+
+
+def number(lo: float, hi: float, help: str, unit: str = ""):
+    """A float option in [lo, hi], default None."""
+    return field(default=None, metadata={"rule": OptionRule("number", (lo, hi), help, unit)})
+
+
+def integer(lo: int, hi: int, help: str):
+    return field(default=None, metadata={"rule": OptionRule("integer", (lo, hi), help)})
+
+
+def id_or_name(max_id: int, max_len: int, help: str):
+    return field(default=None, metadata={"rule": OptionRule("id_or_name", (0, max_id), help, max_len=max_len)})
 
 
 @dataclass(frozen=True)
 class SynthesisOptions:
-    speaker: int | str | None = field(default=None, metadata={
-        "help": "speaker id or name (multi-speaker voices)"})
-    """Speaker id or name (multi-speaker voices); None = the voice's default speaker."""
-    speed: float | None = field(default=None, metadata=_number(
-        0.25, 4.0, "speaking rate multiplier, e.g. 1.25"))
-    """Speaking rate multiplier: 2.0 is twice as fast. Divides the voice's length scale."""
-    noise_scale: float | None = field(default=None, metadata=_number(
-        0.0, 2.0, "generator noise (0 = deterministic with --noise-w 0)"))
-    """Generator noise; 0 with noise_w = 0 makes synthesis deterministic."""
-    noise_w: float | None = field(default=None, metadata=_number(
-        0.0, 1.5, "phoneme-duration noise"))
-    """Phoneme-duration noise. It enters the durations through an exponential, so its range is
-    narrow: voices are trained at 0.8; at 2 a sentence can come out several times its length."""
-    sentence_silence: float | None = field(default=None, metadata=_number(
-        0.0, 10.0, "silence after each sentence", "s"))
-    """Seconds of silence after each sentence in joined output; default 0."""
-    seed: int | None = field(default=None, metadata={
-        "range": (0, MAX_SEED), "help": "noise seed for reproducible output"})
-    """Seed for the noise: the same seed gives the same audio, alone or in any batch."""
-    temperature: float | None = field(default=None, metadata=_number(
-        0.0, 5.0, "sampling temperature of token-generating voices (Bark); 0 = greedy"))
-    """Sampling temperature of voices that generate tokens (Bark: its semantic and coarse
-    stages; 0 = greedy, which also makes the fine stage greedy: deterministic). VITS voices
-    have no token sampling and ignore it (their randomness is noise_scale / noise_w)."""
+    speaker: int | str | None = id_or_name(MAX_SPEAKER_ID, MAX_SPEAKER_NAME, "speaker id or name (multi-speaker voices)")
+    """None = the voice's default speaker."""
+    speed: float | None = number(0.25, 4.0, "speaking rate multiplier, e.g. 1.25")
+    """2.0 is twice as fast; divides the voice's length scale. The range is OpenAI's."""
+    noise_scale: float | None = number(0.0, 2.0, "generator noise (0, with noise_w 0, is deterministic)")
+    noise_w: float | None = number(0.0, 1.5, "phoneme-duration noise")
+    """It enters the durations through an exponential, hence the narrow range: voices are
+    trained at 0.8, and at 2 a sentence can come out several times its length."""
+    sentence_silence: float | None = number(0.0, 10.0, "silence after each sentence", "s")
+    """Seconds between sentences in joined output; default 0."""
+    seed: int | None = integer(0, MAX_SEED, "noise seed for reproducible output")
+    """The same seed gives the same audio, alone or in any batch."""
+    temperature: float | None = number(0.0, 5.0, "sampling temperature of token-generating voices (Bark); 0 = greedy")
+    """Bark's semantic and coarse stages (0 also makes the fine stage greedy: deterministic).
+    VITS voices ignore it: their randomness is noise_scale / noise_w."""
 
     def validate(self) -> "SynthesisOptions":
         """Check every set field against its rule; InvalidOptionError names the first bad one."""
-        for f in fields(self):
-            v = getattr(self, f.name)
+        rules = option_rules(type(self))
+        for name, rule in rules.items():
+            v = getattr(self, name)
             if v is not None:
-                check_option(f.name, v)
+                rule.check(name, v)
         return self
 
     def merged(self, other: "SynthesisOptions | None") -> "SynthesisOptions":
@@ -63,43 +124,34 @@ class SynthesisOptions:
         return replace(self, **{f.name: getattr(other, f.name) for f in fields(other) if getattr(other, f.name) is not None})
 
 
-def option_range(name: str) -> tuple[float, float] | None:
-    """(lo, hi), both inclusive, of a numeric option; None for speaker."""
-    return _FIELDS[name].metadata.get("range")
+@functools.cache
+def option_rules(cls: type = SynthesisOptions) -> Mapping[str, OptionRule]:
+    """Every option of an options dataclass (SynthesisOptions or a subclass), by field name, in
+    field order. A field without a rule is a programming error, caught here."""
+    out = {}
+    for f in fields(cls):
+        rule = f.metadata.get("rule")
+        if not isinstance(rule, OptionRule):
+            raise TypeError(f"{cls.__name__}.{f.name} has no OptionRule (declare it with number(), integer() or id_or_name())")
+        out[f.name] = rule
+    return MappingProxyType(out)
 
 
-def option_help(name: str) -> str:
+def option_range(name: str, cls: type = SynthesisOptions) -> tuple[float, float] | None:
+    """(lo, hi), both inclusive, of a numeric option; None for an id-or-name option (speaker)."""
+    rule = option_rules(cls)[name]
+    return None if rule.kind == "id_or_name" else rule.range
+
+
+def option_help(name: str, cls: type = SynthesisOptions) -> str:
     """A flag's help text, with its range."""
-    meta = _FIELDS[name].metadata
-    rng = meta.get("range")
-    if rng is None or name == "seed":
-        return meta["help"]
-    unit = f" {meta['unit']}" if meta.get("unit") else ""
-    return f"{meta['help']} ({rng[0]:g}-{rng[1]:g}{unit})"
+    return option_rules(cls)[name].help_text
 
 
-def check_option(name: str, value: object) -> None:
+def check_option(name: str, value: object, cls: type = SynthesisOptions) -> None:
     """The one rule of option `name`; raises InvalidOptionError."""
-    if name == "speaker":
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise InvalidOptionError(name, f"must be an id or a name, got {value!r}")
-        if isinstance(value, int) and not 0 <= value <= MAX_SPEAKER_ID:
-            raise InvalidOptionError(name, f"an id must be between 0 and {MAX_SPEAKER_ID}, got {value}")
-        if isinstance(value, str) and not 0 < len(value) <= MAX_SPEAKER_NAME:
-            raise InvalidOptionError(name, f"a name must have 1 to {MAX_SPEAKER_NAME} characters")
-        return
-    lo, hi = _FIELDS[name].metadata["range"]
-    if name == "seed":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidOptionError(name, f"must be an integer, got {value!r}")
-    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidOptionError(name, f"must be a finite number, got {value!r}")
-    if not lo <= value <= hi:
-        unit = _FIELDS[name].metadata.get("unit", "")
-        raise InvalidOptionError(name, f"must be between {lo:g} and {hi:g}{' ' + unit if unit else ''}, got {value!r}")
+    option_rules(cls)[name].check(name, value)
 
-
-_FIELDS = {f.name: f for f in fields(SynthesisOptions)}
 
 DETERMINISTIC = SynthesisOptions(noise_scale=0.0, noise_w=0.0, temperature=0.0)
 """Noise off (VITS) and greedy decoding (Bark): the same text always gives the same samples."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .audio import Audio, AudioChunk
+from .audio import Audio, AudioChunk, SentenceJoiner, silence_samples
 from .errors import UnpronounceableTextError
 from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
@@ -162,7 +162,7 @@ class AudioBudget:
 
     def __init__(self, limits: Limits, sample_rate: int, silence_s: float = 0.0):
         self.limits, self.sample_rate, self.samples = limits, sample_rate, 0
-        self.gap = int(round(silence_s * sample_rate))
+        self.gap = silence_samples(silence_s, sample_rate)
         self.sentences = 0
 
     def add(self, n_samples: int, sentence_start: bool = True) -> None:
@@ -324,16 +324,9 @@ class Voice(ABC):
             for (ti, u), a in zip(batch, self.run_units(self.resolve_components([u for _, u in batch]))):
                 budgets[ti].add(len(a))
                 audio[(ti, u.index)] = a
-        out = []
-        for ti, (us, o) in enumerate(zip(per_text, opts_list)):
-            gap = np.zeros(int(round(self.silence_after(o) * self.sample_rate)), dtype=np.float32)
-            parts: list[np.ndarray] = []
-            for k, u in enumerate(us):
-                parts.append(audio[(ti, u.index)])
-                if len(gap) and k < len(us) - 1:
-                    parts.append(gap)
-            out.append(Audio(np.concatenate(parts), self.sample_rate))
-        return out
+        return [Audio(SentenceJoiner(self.sample_rate, self.silence_after(o)).join([audio[(ti, u.index)] for u in us]),
+                      self.sample_rate)
+                for ti, (us, o) in enumerate(zip(per_text, opts_list))]
 
     @staticmethod
     def _take_batch(it: Iterator, max_n: int, max_cost: int, key=lambda u: u) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import voxserve
-from voxserve.bench.bark_random import BARK_SIZES, random_bark_model, random_bark_voice
+from bark_random import BARK_SIZES, random_bark_model, random_bark_voice
 
 
 def test_small_sizes_are_bark_small():

@@ -1,4 +1,4 @@
-"""The Bark suite of `voxserve bench` (voxserve/bench/bark.py): registration, a tiny real run on
+"""The Bark suite of the bench harness (benchmarks/bench_bark.py): registration, a tiny real run on
 the CPU (random-weight tiny Bark, a few semantic tokens), the JSON section and its ratios to the
 base row, the Markdown table, the CPU memory probe, and scripts/bark-bench's translation. No
 timing thresholds: only that figures are measured, consistent with their runs, and compared
@@ -16,10 +16,9 @@ import pytest
 
 from voxserve.bench import BenchSettings, render_markdown, run_bench, settings_from, validate_result
 from voxserve.bench.arms import ENGINES
-from voxserve.bench.bark import BASE, CONFIGS, BarkArm, BarkSuite, bark_arms, model_settings
+from bench_bark import BASE, CONFIGS, BarkArm, BarkBenchSettings, BarkSuite, bark_arms, build_parser, main, model_settings
 from voxserve.bench.core import plan
 from voxserve.bench.suites import SUITES
-from voxserve.cli import build_parser, main
 
 TOKENS = 4  # semantic tokens a sentence: 6 coarse frames, 0.08 s of audio
 CUDA_ONLY = {c.name for c in CONFIGS if c.cuda_only}
@@ -38,7 +37,7 @@ def bark_settings(voice, **kw) -> BenchSettings:
         "memory": False,
     }
     base.update(kw)
-    return BenchSettings(**base)
+    return BarkBenchSettings(**base)
 
 
 @pytest.fixture(autouse=True)
@@ -80,8 +79,8 @@ def test_suite_and_engine_are_registered():
     # defaults: bark-small at 256 tokens on CUDA (the seed's table); a tiny one on the CPU
     assert model_settings(BenchSettings(), "cuda") == ("small", 256)
     assert model_settings(BenchSettings(), "cpu") == ("tiny", 16)
-    assert model_settings(BenchSettings(bark_size="small", bark_tokens=32), "cpu") == ("small", 32)
-    assert bark_arms(BenchSettings(bark_runs=2), "cpu")[0].runs == 2
+    assert model_settings(BarkBenchSettings(bark_size="small", bark_tokens=32), "cpu") == ("small", 32)
+    assert bark_arms(BarkBenchSettings(bark_runs=2), "cpu")[0].runs == 2
 
 
 def test_cpu_rows_only_on_cpu_and_every_cuda_row_says_why(tiny_voice_path):
@@ -229,11 +228,11 @@ def test_cli_options_and_listing(capsys):
     ns = build_parser().parse_args(
         ["bench", "--suites", "bark", "--bark-size", "small", "--bark-tokens", "32"]
     )
-    s = settings_from(ns)
+    s = settings_from(ns, BarkBenchSettings)
     assert (s.suites, s.bark_size, s.bark_tokens, s.bark_runs) == (("bark",), "small", 32, None)
-    assert settings_from(build_parser().parse_args(["bench"])) == BenchSettings()
+    assert settings_from(build_parser().parse_args(["bench"]), BarkBenchSettings) == BarkBenchSettings()
     with pytest.raises(ValueError, match="bark_tokens"):
-        settings_from(build_parser().parse_args(["bench", "--bark-tokens", "0"]))
+        settings_from(build_parser().parse_args(["bench", "--bark-tokens", "0"]), BarkBenchSettings)
     assert main(["bench", "--list-configs", "--suites", "bark"]) == 0
     out = capsys.readouterr().out
     assert "suite bark, CPU:" in out and "suite bark, CUDA:" in out and "bark-offload-fp16" in out
@@ -277,7 +276,7 @@ def test_bark_bench_script_is_voxserve_bench_suites_bark():
         "--max-minutes 2",
     ):
         assert part in joined, part
-    settings_from(build_parser().parse_args(args))  # the harness takes every option it passes
+    settings_from(build_parser().parse_args(args), BarkBenchSettings)  # the harness takes every option it passes
     args, _ = script.bench_args(["--device", "cuda"])
     assert "--no-memory" not in args and "--bark-tokens" not in args  # CUDA: 256 tokens, GPU peaks
 

@@ -29,15 +29,6 @@ from .core import QUICK, BenchSettings, plan, quick_settings, run_bench
 from .report import SchemaError, render_markdown, validate_result, write_markdown_section
 from .suites import SUITES, Suite, register_suite
 
-OPTIONAL_SUITES = ("voxserve.bench.bark",)
-"""Modules that register more suites / engines when they exist (another model family's)."""
-for _mod in OPTIONAL_SUITES:
-    try:
-        __import__(_mod)
-    except ModuleNotFoundError as _e:
-        if _e.name != _mod:
-            raise
-
 __all__ = [
     "CPU_ARMS",
     "CUDA_ARMS",
@@ -161,24 +152,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="memory-probe child processes at once (default: half the CPUs, 2 to 4)",
     )
     p.add_argument("--seed", type=int, help=f"voxserve noise seed (default {d['seed']})")
-    p.add_argument(
-        "--bark-size",
-        choices=["tiny", "small", "large"],
-        help="bark suite: layer sizes of the random-weight Bark, small = suno/bark-small, large = suno/bark "
-        "(default: small on CUDA, tiny on CPU)",
-    )
-    p.add_argument(
-        "--bark-tokens",
-        type=int,
-        metavar="N",
-        help="bark suite: semantic tokens a sentence (default: 256 on CUDA, 16 on CPU)",
-    )
-    p.add_argument(
-        "--bark-runs",
-        type=int,
-        metavar="N",
-        help="bark suite: timed runs of its configurations (default --runs)",
-    )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots to DIR")
     p.add_argument(
@@ -205,31 +178,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(ns: argparse.Namespace) -> BenchSettings:
-    s = BenchSettings(voice=ns.voice, device=ns.device, corpus=ns.corpus)
+def settings_from(ns: argparse.Namespace, settings_type: type = BenchSettings) -> BenchSettings:
+    """The settings the flags give (a field left unset keeps its default, or --quick's).
+    settings_type: BenchSettings or a subclass with more fields (benchmarks/bench_bark.py)."""
+    s = settings_type(voice=ns.voice, device=ns.device, corpus=ns.corpus)
     if ns.quick:
         s = quick_settings(s)
-    over = {
-        k: getattr(ns, k)
-        for k in (
-            "runs",
-            "warmup",
-            "sizes",
-            "batches",
-            "texts_per_category",
-            "categories",
-            "suites",
-            "configs",
-            "memory",
-            "max_minutes",
-            "jobs",
-            "seed",
-            "bark_size",
-            "bark_tokens",
-            "bark_runs",
-        )
-        if getattr(ns, k, None) is not None
-    }
+    over = {f.name: getattr(ns, f.name) for f in fields(settings_type)
+            if f.name not in ("voice", "device", "corpus", "quick") and getattr(ns, f.name, None) is not None}
     return replace(s, **over).validate()
 
 
@@ -281,13 +237,14 @@ def _print_plan(pl: dict) -> str:
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
+    settings_type = getattr(ns, "settings_type", BenchSettings)
     if ns.list_configs:
-        print(_list_configs(settings_from(ns)))
+        print(_list_configs(settings_from(ns, settings_type)))
         return 0
     if ns.from_json:
         result = validate_result(json.loads(Path(ns.from_json).read_text(encoding="utf-8")))
     else:
-        settings = settings_from(ns)
+        settings = settings_from(ns, settings_type)
         if ns.dry_run:
             print(_print_plan(plan(settings)))
             return 0

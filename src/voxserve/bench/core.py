@@ -73,15 +73,6 @@ class BenchSettings:
     measured is kept, what was cut is reported."""
     jobs: int = 0
     """Memory probes run at once (0: half the CPUs, 2 to 4)."""
-    bark_size: str | None = None
-    """Bark suite: layer sizes of the random-weight model, 'small' (suno/bark-small), 'large'
-    (suno/bark) or 'tiny' (None: small on CUDA, tiny on CPU, where bark-small takes about a
-    minute a sentence)."""
-    bark_tokens: int | None = None
-    """Bark suite: semantic tokens a sentence (random weights never stop early; None: 256 on
-    CUDA, 16 on CPU)."""
-    bark_runs: int | None = None
-    """Bark suite: timed rounds of its configurations (None: runs)."""
 
     def validate(self) -> BenchSettings:
         if self.runs < 1 or self.warmup < 0:
@@ -95,15 +86,6 @@ class BenchSettings:
             raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
         if self.texts_per_category < 1:
             raise ValueError("texts_per_category must be >= 1")
-        if self.bark_size is not None:
-            from .bark_random import BARK_SIZES
-
-            if self.bark_size not in BARK_SIZES:
-                raise ValueError(f"bark_size must be one of {', '.join(BARK_SIZES)}, not {self.bark_size!r}")
-        if (self.bark_tokens is not None and self.bark_tokens < 1) or (
-            self.bark_runs is not None and self.bark_runs < 1
-        ):
-            raise ValueError("bark_tokens and bark_runs must be >= 1")
         return self
 
 

@@ -19,6 +19,7 @@ Peak memory:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -30,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .arms import Arm, ArmSpec, Output, Sentence, make_arm
+from .arms import ENGINES, Arm, ArmSpec, Output, Sentence, make_arm
 
 MB = 1024 * 1024
 
@@ -147,7 +148,10 @@ def probe_request(
 ) -> dict:
     # only what the task needs travels
     used_texts = sorted({pool[i].text_index for i in task.sentences} | ({task.text_index} - {None}))
+    engine = sys.modules[ENGINES[spec.engine].__module__]  # the child registers it by importing it
     return {
+        "engine_module": engine.__name__,
+        "engine_path": os.path.dirname(os.path.abspath(engine.__file__)) if "." not in engine.__name__ else None,
         "spec": spec.to_dict(),
         "voice": voice,
         "seed": seed,
@@ -161,6 +165,9 @@ def probe_request(
 def probe_main(request: Mapping[str, Any]) -> dict:
     """In a fresh process: load one arm, run one task `repeat` times, report memory."""
     base = rss_bytes()
+    if request.get("engine_path"):  # an engine outside the package (benchmarks/bench_bark.py)
+        sys.path.insert(0, request["engine_path"])
+    importlib.import_module(request.get("engine_module") or __name__)
     spec = ArmSpec.from_dict(request["spec"])
     arm = make_arm(spec, request["voice"], request["seed"])
     arm.open()

@@ -1,7 +1,7 @@
 """The benchmark's suites. Each suite says which tasks each arm runs and turns the samples
 into a JSON section; report.py and plots.py render the built-in sections.
 
-Extension point (e.g. a Bark suite, in a module `voxserve/bench/bark.py`, which
+Extension point (e.g. a Bark suite, in a module such as benchmarks/bench_bark.py, which
 `voxserve.bench` imports when it exists):
 
     class BarkArm(arms.Arm):            # open / prepare / run_batch / run_sequential / stream
@@ -29,7 +29,7 @@ Extension point (e.g. a Bark suite, in a module `voxserve/bench/bark.py`, which
 `voxserve bench --suites batching,configs,stream,bark` then measures it in the same run, with
 the same clocks, memory probes, time budget and JSON checks. An arm a suite adds runs only that
 suite's tasks (ArmSpec.suite, set by the runner); ArmSpec.runs gives it its own number of timed
-rounds. voxserve/bench/bark.py is the real one.
+rounds. benchmarks/bench_bark.py is a real one.
 """
 
 from __future__ import annotations

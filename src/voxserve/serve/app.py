@@ -29,7 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..audio import StreamEncoder, available_stream_formats, encode_audio, float_to_int16, open_stream_encoder
+from ..audio import SentenceJoiner, StreamEncoder, available_stream_formats, encode_audio, open_stream_encoder
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import (
     AudioTooLongError,
@@ -460,9 +460,8 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         return await asyncio.to_thread(encoder.write, samples)  # lame/opus/flac: off the loop
 
     async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
-        gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
+        joiner = SentenceJoiner(stream.sample_rate, silence_s)
         first = True
-        joined = False  # the previous chunk was a sentence's head: this one is its rest
         deadline = stream.timing.submitted + config.request_timeout_s
         try:
             async for chunk in _until(stream, deadline):
@@ -470,14 +469,10 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                     first = False
                     if stream.timing.first_audio is not None:
                         metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
-                elif len(gap) and not joined:
-                    data = await encode(encoder, fmt, gap)
+                for samples in joiner.pieces(chunk.samples, chunk.partial):
+                    data = await encode(encoder, fmt, samples)
                     if data:
                         yield data
-                joined = chunk.partial
-                data = await encode(encoder, fmt, chunk.samples)
-                if data:
-                    yield data
             tail = encoder.close()
             if tail:
                 yield tail
@@ -514,16 +509,10 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
         if stream.timing.first_audio is not None:
             metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
-        gap = np.zeros(int(round(silence_s * stream.sample_rate)), dtype=np.float32)
-        parts: list[np.ndarray] = []
-        for k, c in enumerate(chunks):
-            if k and len(gap) and not chunks[k - 1].partial:
-                parts.append(gap)
-            parts.append(c.samples)
-        samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        if fmt == "wav":  # the same int16 conversion as the streamed formats
-            data = _wav_bytes(samples, stream.sample_rate)
-        elif fmt in ("pcm", "flac", "mp3"):
+        samples = SentenceJoiner(stream.sample_rate, silence_s).join(chunks)
+        if fmt in ("wav", "pcm"):  # a header and a copy: no thread needed
+            data = encode_audio(samples, stream.sample_rate, fmt)
+        elif fmt in ("flac", "mp3"):
             data = await asyncio.to_thread(encode_audio, samples, stream.sample_rate, fmt)
         else:
             enc = open_stream_encoder(fmt, stream.sample_rate)
@@ -531,25 +520,24 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         return Response(data, media_type=media, headers=headers)
 
     # --------------------------------------------------------------- routes
+    async def synthesis(request: Request, req, voice: str, text: str, streaming: bool, chunked: bool) -> Response:
+        options = req.options()
+        stream, encoder = await start(voice, text, options, req.response_format, streaming=streaming)
+        silence = engine.voice(voice).silence_after(options)
+        return await respond(request, stream, encoder, req.response_format, silence, chunked=chunked)
+
     @app.post("/v1/audio/speech")
     async def speech(req: SpeechRequest, request: Request):
         if req.model not in OPENAI_MODELS and req.model != MODEL_ID and req.model not in engine.voices:
             raise _BadRequest(f"unknown model {req.model!r}; use one of: {', '.join((MODEL_ID,) + OPENAI_MODELS)}",
                               "model", "model_not_found", status=404)
         voice = voice_for(req.voice, openai=True)
-        options = SynthesisOptions(speed=req.speed)
-        stream, encoder = await start(voice, req.input, options, req.response_format, streaming=True)
-        return await respond(request, stream, encoder, req.response_format, 0.0, chunked=True)
+        return await synthesis(request, req, voice, req.input, streaming=True, chunked=True)
 
     @app.post("/v1/synthesize")
     async def synthesize(req: SynthesizeRequest, request: Request):
         voice = voice_for(req.voice, openai=False)
-        options = SynthesisOptions(speaker=req.speaker, speed=req.speed, noise_scale=req.noise_scale,
-                                   noise_w=req.noise_w, sentence_silence=req.sentence_silence, seed=req.seed,
-                                   temperature=req.temperature)
-        stream, encoder = await start(voice, req.text, options, req.response_format, streaming=req.stream)
-        silence = float(req.sentence_silence or 0.0)
-        return await respond(request, stream, encoder, req.response_format, silence, chunked=req.stream)
+        return await synthesis(request, req, voice, req.text, streaming=req.stream, chunked=req.stream)
 
     @app.get("/v1/voices", response_model=VoicesResponse)
     async def voices():
@@ -624,15 +612,3 @@ async def _collect_or_cancel(stream: SpeechStream, request: Request, poll_s: flo
             task.cancel()
 
 
-
-def _wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
-    import io
-    import wave
-
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(sample_rate)
-        w.writeframes(float_to_int16(samples).tobytes())
-    return buf.getvalue()

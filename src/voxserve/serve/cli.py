@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import re
+import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -131,19 +132,18 @@ def _env_name(field: str) -> str:
     return "VOXSERVE_" + field.upper()
 
 
-# settings that are numbers (the others are strings, and `voices` a list); flags and
-# environment variables both convert through this
-_TYPES = {"port": int, "max_batch_size": int, "max_batch_phonemes": int, "max_queue": int,
-          "max_input_chars": int, "max_body_bytes": int, "max_connections": int, "threads": int, "lanes": int,
-          "urgent_max_cost": int, "lane_nice": int,
-          "max_wait_ms": float, "max_queue_wait": float, "max_starve_ms": float, "shutdown_timeout": float,
-          "max_audio_seconds": float, "max_sentence_audio_seconds": float, "read_timeout": float}
+def _scalar_type(name: str) -> type:
+    """int or float for a numeric setting (its annotation, None aside), else str; flags and
+    environment variables both convert through it."""
+    hint = typing.get_type_hints(ServeSettings)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if args[0] in (int, float) else str
 
 
 def _convert(f, raw: str):
     if f.name == "voices":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
-    return _TYPES.get(f.name, str)(raw)
+    return _scalar_type(f.name)(raw)
 
 
 def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
@@ -175,7 +175,7 @@ def add_parser(sub) -> None:
         if f.name == "voices":
             p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
         else:
-            p.add_argument(flag, dest=f.name, type=_TYPES.get(f.name, str), default=None, help=help_)
+            p.add_argument(flag, dest=f.name, type=_scalar_type(f.name), default=None, help=help_)
     p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
     p.set_defaults(func=cmd_serve)
 

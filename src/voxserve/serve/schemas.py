@@ -1,14 +1,19 @@
-"""Request and response bodies of the HTTP API (pydantic). The schema checks types only, and
-strictly (a JSON number for a number, true/false for a boolean: `"speed": true` or
-`"stream": "yes"` is a 422, not a silent coercion); value checks (option ranges, unknown
-speaker, ...) are left to the library's own validation, the one place for bounds, so that they
-come back as 400 with the library's message."""
+"""Request and response bodies of the HTTP API (pydantic).
+
+The schema checks types only, and strictly (a JSON number for a number, true/false for a
+boolean: `"speed": true` or `"stream": "yes"` is a 422, not a silent coercion). Ranges appear in
+the OpenAPI schema but are checked by the options' own rules (`SynthesisOptions.validate()`, at
+admission), the one place for bounds, so that they come back as 400 with the library's message.
+The synthesis-option fields are built from SynthesisOptions' rules (`option_fields`).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
+
+from ..options import OptionRule, SynthesisOptions, option_rules
 
 # OpenAI's voice names. They map to the server's default voice (the first --voice), since no
 # Piper voice is a copy of them; a client written for OpenAI then works unchanged.
@@ -23,8 +28,25 @@ MODEL_ID = "voxserve"
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 
 
+def option_type(rule: OptionRule) -> Any:
+    """The strict JSON type of an option, its range in the JSON schema (not enforced here)."""
+    lo, hi = rule.range
+    if rule.kind == "number":
+        return Annotated[StrictFloat, Field(json_schema_extra={"minimum": lo, "maximum": hi})]
+    if rule.kind == "integer":
+        return Annotated[StrictInt, Field(json_schema_extra={"minimum": lo, "maximum": hi})]
+    return (Annotated[StrictInt, Field(json_schema_extra={"minimum": lo, "maximum": hi})]
+            | Annotated[StrictStr, Field(json_schema_extra={"minLength": 1, "maxLength": rule.max_len})])
+
+
+def option_fields(options_type: type = SynthesisOptions) -> dict[str, tuple[Any, Any]]:
+    """pydantic field definitions for every option of an options dataclass (default None)."""
+    return {name: (option_type(rule) | None, Field(default=None, description=rule.help_text))
+            for name, rule in option_rules(options_type).items()}
+
+
 class SpeechRequest(BaseModel):
-    """POST /v1/audio/speech (OpenAI)."""
+    """POST /v1/audio/speech (OpenAI's field names, so that its SDKs work unchanged)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -32,34 +54,41 @@ class SpeechRequest(BaseModel):
     input: StrictStr
     voice: str = Field(min_length=1, max_length=200)
     response_format: ResponseFormat = "mp3"
-    speed: StrictFloat = 1.0
-    """Its range is the library's (out of range is a 400, as OpenAI answers)."""
+    speed: option_type(option_rules()["speed"]) = Field(1.0, description=option_rules()["speed"].help_text)
+    """OpenAI's one option; out of range is a 400, as OpenAI answers."""
     instructions: str | None = None
     """Accepted and ignored: Piper voices take no style prompt."""
     stream_format: Literal["audio"] = "audio"
     """Only raw audio streaming ('sse' is not offered)."""
 
+    def options(self) -> SynthesisOptions:
+        return SynthesisOptions(speed=self.speed)
 
-class SynthesizeRequest(BaseModel):
-    """POST /v1/synthesize (native): every SynthesisOptions field, the voice and the speaker
-    (for a Bark voice, a speaker preset name or its index in /v1/voices' list)."""
 
+class _SynthesizeBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    options_type: ClassVar[type] = SynthesisOptions
 
     text: StrictStr
     voice: str | None = Field(default=None, max_length=200)
     """A voice loaded on this server; None = the default voice."""
-    speaker: StrictInt | StrictStr | None = None
-    speed: StrictFloat | None = None
-    noise_scale: StrictFloat | None = None
-    noise_w: StrictFloat | None = None
-    sentence_silence: StrictFloat | None = None
-    seed: StrictInt | None = None
-    temperature: StrictFloat | None = None
-    """Sampling temperature of token-generating voices (Bark; 0 = greedy); VITS voices ignore it."""
     response_format: ResponseFormat = "wav"
     stream: StrictBool = False
     """True: chunked bytes as sentences are made; False: the whole file, with Content-Length."""
+
+    def options(self):
+        """The request's options (not yet validated: admission does that)."""
+        return self.options_type(**{name: getattr(self, name) for name in option_rules(self.options_type)})
+
+
+def synthesize_request_model(options_type: type = SynthesisOptions) -> type[_SynthesizeBase]:
+    """The body of POST /v1/synthesize: text, voice, format, stream and every field of
+    `options_type` (for a Bark voice, `speaker` is a preset name or its index in /v1/voices)."""
+    return create_model("SynthesizeRequest", __base__=_SynthesizeBase, __doc__=synthesize_request_model.__doc__,
+                        options_type=(ClassVar[type], options_type), **option_fields(options_type))
+
+
+SynthesizeRequest = synthesize_request_model()
 
 
 class ErrorBody(BaseModel):

@@ -2,9 +2,8 @@
 
 Bark itself is `transformers`' BarkModel (semantic -> coarse -> fine transformers, then EnCodec).
 `transformers` offers Bark only an eager attention (matmul, mask, softmax, matmul) and
-flash-attention-2 (needs the flash-attn package); no SDPA path, in 4.x or 5.x. The seed's
-"fused attention" row (BetterTransformer) is this: the same weights, the attention product
-computed by `F.scaled_dot_product_attention`, which picks a fused kernel (flash / memory
+flash-attention-2 (needs the flash-attn package); no SDPA path, in 4.x or 5.x. This is
+"fused attention": the same weights, the attention product computed by `F.scaled_dot_product_attention`, which picks a fused kernel (flash / memory
 efficient on CUDA, a fused CPU kernel) instead of materialising the [B, heads, q, k] scores.
 
 `set_bark_attention(model, "sdpa" | "eager")` swaps the class of every BarkSelfAttention in

@@ -23,7 +23,7 @@ Bark algorithms stay in transformers) because it needs the stage boundaries for 
    logits processors (suppressed tokens, Bark's EOS rule, codebook alternation), where its
    temperature warper would be. Temperature 0 = greedy. Bark's global RNG is never touched.
 3. CPU offload: one stage's weights on the device at a time (runtime/offload.py's
-   WeightOffloader, one group per stage; the seed's `enable_cpu_offload`).
+   WeightOffloader, one group per stage).
 4. Different speakers: transformers takes one history prompt per batch, so the units of one
    `run` are grouped by speaker preset; each group is one batch.
 """

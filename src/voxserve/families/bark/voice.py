@@ -59,7 +59,7 @@ class BarkRuntimeOptions:
     """'sdpa' (fused scaled-dot-product attention), 'eager' (transformers' reference path), or
     'flash_attention_2' (needs the flash-attn package, CUDA and fp16/bf16)."""
     offload: bool = False
-    """CPU offload (the seed's enable_cpu_offload): keep the stages in pinned host memory and
+    """CPU offload: keep the stages in pinned host memory and
     move each to the GPU only while it runs (lower peak memory, one weight copy per stage and
     batch). No effect on CPU (logged)."""
     threads: int | None = None

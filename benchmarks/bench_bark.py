@@ -1,14 +1,17 @@
-"""The Bark suite of `voxserve bench`: the seed's Bark table (003) in the same run as the others.
+"""A Bark suite for the `voxserve bench` harness, over random-weight models (bark_random.py):
+a developer's A/B of Bark's configurations, so it lives here, not in the product.
 
-    voxserve bench --suites bark                          # Bark alone
-    voxserve bench --suites batching,configs,stream,bark  # next to the VITS suites
-    voxserve bench --suites bark --device cuda --bark-size small --bark-tokens 256
+    python benchmarks/bench_bark.py --suites bark                          # Bark alone
+    python benchmarks/bench_bark.py --suites batching,configs,stream,bark  # next to the VITS suites
+    python benchmarks/bench_bark.py --suites bark --device cuda --bark-size small --bark-tokens 256
+
+It takes every `voxserve bench` flag, plus --bark-size, --bark-tokens and --bark-runs.
 
 Configurations (one row each, at every --batches size): base = fp32 + transformers' eager
 attention (the reference path), SDPA, FP16, SDPA + FP16, CPU offload + FP16 (SDPA). The FP16 and
 offload rows need CUDA; on the CPU the base and SDPA rows run. Each is voxserve's Bark voice
 (`Voice.run_units`, one batch) over a random-weight model built in memory with the layer sizes
-of suno/bark-small (bench/bark_random.py): speed and memory depend on the sizes, not on the
+of suno/bark-small (bark_random.py): speed and memory depend on the sizes, not on the
 weights, and random weights never pick EOS, so every sentence generates exactly --bark-tokens
 semantic tokens (1.5 coarse frames each, 320 samples a frame at 24 kHz): a fixed, known amount
 of work per sentence whatever its text.
@@ -23,14 +26,16 @@ the same configuration at batch 1).
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 from typing import Any
 
-from .arms import OK, ArmSpec, VoxserveArm, _torch_cuda, default_threads, register_engine
-from .measure import Task
-from .report import _need, check_batch_row, fmb, fs, fx, table
-from .suites import ConfigsSuite, Suite, mem_ratio, ratio, register_suite, timing
+from voxserve.bench import BenchSettings, add_parser, cmd_bench
+from voxserve.bench.arms import OK, ArmSpec, VoxserveArm, _torch_cuda, default_threads, register_engine
+from voxserve.bench.measure import Task
+from voxserve.bench.report import _need, check_batch_row, fmb, fs, fx, table
+from voxserve.bench.suites import ConfigsSuite, Suite, mem_ratio, ratio, register_suite, timing
 
 ENGINE = "bark"
 BASE = "bark-base"
@@ -101,7 +106,7 @@ def _random_model(size: str, tokens: int, keep: bool):
     for every configuration (seed 0). keep: build once and hand out copies (CUDA runs: five
     configurations of bark-small, one loaded at a time; the CPU copy kept is host memory,
     which the CUDA figures do not count)."""
-    from .bark_random import random_bark_model
+    from bark_random import random_bark_model
 
     if not keep:
         return random_bark_model(size, max_semantic_tokens=tokens, seed=0)
@@ -121,7 +126,7 @@ class BarkArm(VoxserveArm):
             import transformers  # noqa: F401
         except ImportError as e:
             return f"Bark needs transformers (pip install 'voxserve[bark]'): {e}"
-        from ..families.bark.voice import BarkRuntimeOptions
+        from voxserve.families.bark.voice import BarkRuntimeOptions
 
         options = {f.name for f in dataclasses.fields(BarkRuntimeOptions)}
         unknown = sorted(set(spec.runtime) - options - set(MODEL_KEYS))
@@ -138,8 +143,8 @@ class BarkArm(VoxserveArm):
     def open(self) -> None:
         import torch
 
-        from ..families.bark.voice import BarkRuntimeOptions, bark_voice_from_model
-        from ..options import SynthesisOptions
+        from voxserve.families.bark.voice import BarkRuntimeOptions, bark_voice_from_model
+        from voxserve.options import SynthesisOptions
 
         default_threads()
         self.activate()
@@ -210,7 +215,7 @@ class BarkSuite(Suite):
 
     def build(self, ctx, res, refs):
         size, tokens = model_settings(ctx.settings, ctx.device)
-        from .bark_random import BARK_SIZES
+        from bark_random import BARK_SIZES
 
         specs = [s for s in ctx.specs if s.engine == ENGINE]
         base = BASE if any(s.name == BASE for s in specs) else None
@@ -342,3 +347,57 @@ class BarkSuite(Suite):
                 vs = row.get("vs_base")
                 if vs is not None and not isinstance(vs, dict):
                     problems.append(f"{w}.vs_base: not an object")
+
+
+# ---------------------------------------------------------------------------- the command
+@dataclasses.dataclass(frozen=True)
+class BarkBenchSettings(BenchSettings):
+    bark_size: str | None = None
+    """Layer sizes of the random-weight model, 'small' (suno/bark-small), 'large' (suno/bark) or
+    'tiny' (None: small on CUDA, tiny on CPU, where bark-small takes about a minute a sentence)."""
+    bark_tokens: int | None = None
+    """Semantic tokens a sentence (random weights never stop early; None: 256 on CUDA, 16 on CPU)."""
+    bark_runs: int | None = None
+    """Timed rounds of its configurations (None: runs)."""
+
+    def validate(self) -> "BarkBenchSettings":
+        super().validate()
+        from bark_random import BARK_SIZES
+
+        if self.bark_size is not None and self.bark_size not in BARK_SIZES:
+            raise ValueError(f"bark_size must be one of {', '.join(BARK_SIZES)}, not {self.bark_size!r}")
+        if (self.bark_tokens is not None and self.bark_tokens < 1) or (self.bark_runs is not None and self.bark_runs < 1):
+            raise ValueError("bark_tokens and bark_runs must be >= 1")
+        return self
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`voxserve bench`'s flags (under its "bench" subcommand), the Bark ones added."""
+    top = argparse.ArgumentParser(prog="bench_bark.py")
+    sub = top.add_subparsers(dest="command")
+    p = add_parser(sub)
+    p.add_argument("--bark-size", choices=["tiny", "small", "large"],
+                   help="layer sizes of the random-weight Bark, small = suno/bark-small, large = suno/bark "
+                        "(default: small on CUDA, tiny on CPU)")
+    p.add_argument("--bark-tokens", type=int, metavar="N",
+                   help="semantic tokens a sentence (default: 256 on CUDA, 16 on CPU)")
+    p.add_argument("--bark-runs", type=int, metavar="N", help="timed runs of its configurations (default --runs)")
+    p.set_defaults(settings_type=BarkBenchSettings)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    """argv: `voxserve bench`'s flags (a leading "bench" is optional)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns = build_parser().parse_args(argv if argv[:1] == ["bench"] else ["bench", *argv])
+    return cmd_bench(ns)
+
+
+if __name__ == "__main__":
+    import sys
+
+    import bench_bark  # registered under its module name, which the memory probe's child imports
+
+    sys.exit(bench_bark.main())
