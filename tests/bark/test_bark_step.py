@@ -137,6 +137,9 @@ def test_a_failing_unit_fails_alone(bark_voice):
     assert isinstance(first["odd"].error, TypeError)
     assert first["bad"].error is not None and "good" not in first
     assert runner.active == 1
+    with pytest.raises(ValueError, match="already active"):  # a key twice: the caller's bug
+        runner.join("good", good)
+    assert runner.active == 1
     runner.leave("unknown")  # ignored
     audio = []
     while runner.active:

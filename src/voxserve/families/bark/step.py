@@ -73,8 +73,8 @@ class BarkStepRunner(StepRunner):
         m = runner.model
         sc, cc = runner.semantic_config, runner.coarse_config
         self.device = runner.device
-        self.semantic = Decoder(hf_forward(m.semantic, "cache"), self._semantic_scores, device=self.device)
-        self.coarse_decoder = Decoder(hf_forward(m.coarse_acoustics, "cache"), self._coarse_scores, device=self.device)
+        self.semantic = Decoder(hf_forward(m.semantic), self._semantic_scores, device=self.device)
+        self.coarse_decoder = Decoder(hf_forward(m.coarse_acoustics), self._coarse_scores, device=self.device)
         vocab = m.semantic.config.output_vocab_size
         pad = sc.semantic_pad_token
         suppress = torch.ones(vocab, dtype=torch.bool, device=self.device)
@@ -93,6 +93,9 @@ class BarkStepRunner(StepRunner):
         return len(self._pending) + len(self._rows)
 
     def join(self, key: Hashable, unit: Unit) -> None:
+        # a key twice is the caller's bug, not the unit's: raised here, not as a StepResult
+        if key in self._rows or any(k == key for k, _ in self._pending):
+            raise ValueError(f"sequence key {key!r} is already active")
         self._pending.append((key, unit))
 
     def leave(self, key: Hashable) -> None:
@@ -152,8 +155,6 @@ class BarkStepRunner(StepRunner):
         item = unit.payload
         if not isinstance(item, BarkItem):
             raise TypeError(f"a Bark step runner runs BarkItem units, not {type(item).__name__}")
-        if key in self._rows:
-            raise ValueError(f"sequence key {key!r} is already active")
         r, sc = self.runner, self.runner.semantic_config
         ids, mask, history = r._history(item.speaker, [item.text])  # ids, mask [1, L]
         row = _Sentence(key, item, history)

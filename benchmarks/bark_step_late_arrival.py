@@ -1,0 +1,104 @@
+"""First audio of a late arrival on Bark: the step runner against the one-shot runner (CPU).
+
+Eight 1-sentence requests start generating; a ninth arrives while they run (after
+--join-after steps of the step runner). Both runners are driven directly, no engine:
+
+  step      BarkStepRunner: the late one joins at the next step and runs beside the eight
+            (the eight's fine + EnCodec stages still run inside steps, one sentence each)
+  one-shot  BarkRunner.run (today's behaviour without a step runner): the late one waits
+            until the eight's batch has ended, then runs alone
+
+The arrival moment is the same in both arms: the wall time at which the step arm had done
+--join-after steps. Weights are random with suno/bark-small's sizes (bench/bark_random.py),
+so the semantic stage never picks EOS and every sentence runs to --semantic-tokens (a fixed
+amount of work: about 3 coarse tokens per semantic token, then one fine pass per sentence).
+Short limits keep the run to minutes: few semantic tokens, and a fine window of --fine-window
+frames instead of Bark's 1024 (a sentence's fine stage pads to its window: at 1024 frames it
+costs as much as ~100 decode steps, which real sentences of ~700 semantic tokens dwarf, these
+short ones do not).
+
+    .venv/bin/python benchmarks/bark_step_late_arrival.py
+    .venv/bin/python benchmarks/bark_step_late_arrival.py --semantic-tokens 48 --join-after 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+TEXTS = ["hello my name is suno.", "i like pizza.", "the cat is on the mat.", "this one two three.",
+         "a dog on a mat.", "i like reading.", "hello the cat.", "but also pizza."]
+LATE = "hello i like the dog."
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--semantic-tokens", type=int, default=32, help="semantic tokens per sentence")
+    ap.add_argument("--join-after", type=int, default=8, help="step-runner steps before the late one arrives")
+    ap.add_argument("--fine-window", type=int, default=128, help="fine window in frames (Bark's: 1024)")
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    args = ap.parse_args()
+
+    import torch
+
+    from voxserve import SynthesisOptions
+    from voxserve.bench.bark_random import random_bark_model
+    from voxserve.bench.machine import cpu_model
+    from voxserve.families.bark.step import BarkStepRunner
+    from voxserve.families.bark.voice import bark_voice_from_model
+
+    torch.set_num_threads(args.threads)
+    model, processor = random_bark_model("small", max_semantic_tokens=args.semantic_tokens)
+    gc = model.generation_config
+    gc.fine_acoustics_config = {**gc.fine_acoustics_config, "max_fine_input_length": args.fine_window,
+                                "max_fine_history_length": args.fine_window // 2}
+    voice = bark_voice_from_model(model, processor, "random-bark-small", device="cpu")
+    units = [next(iter(voice.units(t, SynthesisOptions(seed=k)))) for k, t in enumerate(TEXTS)]
+    late = next(iter(voice.units(LATE, SynthesisOptions(seed=99))))
+    voice.runner.run([late.payload])  # warm-up (first calls allocate)
+
+    # step arm
+    runner = BarkStepRunner(voice.runner, capacity=len(units) + 1)
+    done: dict = {}
+    cpu: dict = {}  # process CPU seconds, less sensitive than wall time to other load on the machine
+    c0, t0 = time.process_time(), time.perf_counter()
+    for k, u in enumerate(units):
+        runner.join(k, u)
+    steps = 0
+    arrive = None
+    while runner.active or arrive is None:
+        if steps == args.join_after:
+            arrive = time.perf_counter() - t0
+            runner.join("late", late)
+        for res in runner.step():
+            if res.error is not None:
+                raise res.error
+            done[res.key] = time.perf_counter() - t0
+            cpu[res.key] = time.process_time() - c0
+        steps += 1
+    step_late = done["late"] - arrive
+    step_eight = max(v for k, v in done.items() if k != "late")
+    step_cpu = (cpu["late"], max(v for k, v in cpu.items() if k != "late"))
+
+    # one-shot arm: the eight's batch to its end, then the late one
+    c0, t0 = time.process_time(), time.perf_counter()
+    voice.runner.run([u.payload for u in units])
+    shot_eight = time.perf_counter() - t0
+    shot_cpu8 = time.process_time() - c0
+    voice.runner.run([late.payload])
+    shot_late = time.perf_counter() - t0 - arrive
+    shot_cpu = (time.process_time() - c0, shot_cpu8)
+
+    print(f"CPU: {cpu_model()}; torch threads {args.threads}; bark-small sizes, random weights; "
+          f"{args.semantic_tokens} semantic tokens a sentence; fine window {args.fine_window}; late one arrives after {args.join_after} steps "
+          f"({arrive:.2f} s); {steps} steps in all")
+    print("wall seconds from the late one's arrival to its audio, and from the start to the eight's last;")
+    print("CPU seconds (this process) from the start to the late one's audio and to the eight's last")
+    print(f"{'runner':<10} {'late first audio':>17} {'eight done':>11} {'CPU to late':>12} {'CPU to eight':>13}")
+    for name, late_s, eight_s, (cl, c8) in [("step", step_late, step_eight, step_cpu),
+                                            ("one-shot", shot_late, shot_eight, shot_cpu)]:
+        print(f"{name:<10} {late_s:>17.2f} {eight_s:>11.2f} {cl:>12.2f} {c8:>13.2f}")
+
+
+if __name__ == "__main__":
+    main()
