@@ -9,7 +9,7 @@ Eight 1-sentence requests start generating; a ninth arrives while they run (afte
             until the eight's batch has ended, then runs alone
 
 The arrival moment is the same in both arms: the wall time at which the step arm had done
---join-after steps. Weights are random with suno/bark-small's sizes (bench/bark_random.py),
+--join-after steps. Weights are random with suno/bark-small's sizes (benchmarks/bark_random.py),
 so the semantic stage never picks EOS and every sentence runs to --semantic-tokens (a fixed
 amount of work: about 3 coarse tokens per semantic token, then one fine pass per sentence).
 Short limits keep the run to minutes: few semantic tokens, and a fine window of --fine-window
@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     from voxserve import SynthesisOptions
-    from voxserve.bench.bark_random import random_bark_model
+    from bark_random import random_bark_model  # benchmarks/bark_random.py, beside this script
     from voxserve.bench.machine import cpu_model
     from voxserve.families.bark.step import BarkStepRunner
     from voxserve.families.bark.voice import bark_voice_from_model

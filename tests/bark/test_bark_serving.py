@@ -173,8 +173,8 @@ def test_bark_sequences_are_bounded_by_the_runner_capacity(bark_voice):
     np.testing.assert_array_equal(sink.joined(), direct(bark_voice, text, SynthesisOptions(seed=1)))
 
 
-def test_a_late_request_gets_its_audio_before_an_8_request_generation_ends(bark_voice, monkeypatch):
-    monkeypatch.setattr(bark_voice.step_runner(), "capacity", 16)  # room beside the 8
+def test_a_late_request_gets_its_audio_before_an_8_request_generation_ends(bark_voice):
+    assert bark_voice.step_runner().capacity > 8  # the default leaves room beside the 8
     rec = Recorder(bark_voice)
     eng = engine_for(rec, max_batch_size=16).start(threads=False)
     long_text = "Hello world. The cat is on the mat. One two three four five six."
@@ -484,8 +484,8 @@ def test_vits_and_bark_requests_at_once_all_succeed_with_their_rates(served, bar
         assert_pcm_close(got, ref, f"{voice}: {text}")
 
 
-def test_client_disconnect_stops_bark_work(served):
-    n = 40
+def test_client_disconnect_stops_bark_work(served, bark_voice):
+    n = 80
     before = served.metric("voxserve_sentences_synthesized_total")
     text = " ".join(["The cat is on the mat."] * n)
     with served.client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "voice": "tiny-bark",
@@ -501,8 +501,9 @@ def test_client_disconnect_stops_bark_work(served):
         elif time.time() - stable_since > 1.5:
             break
         time.sleep(0.1)
-    # the first sentence, the batch in flight and at most one more batch of 4: never the rest
-    assert last - before <= 1 + 2 * 4, last - before
+    # the sequences running when the client left (a lone request's sentences run side by side,
+    # up to the runner's capacity) and those that end before the cancel reaches the worker: never the rest
+    assert last - before <= 2 * bark_voice.step_runner().capacity < n, last - before
     assert served.metric("voxserve_sentences_dropped") > 0
     assert served.metric("voxserve_in_flight_requests") == 0
 

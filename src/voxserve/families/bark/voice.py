@@ -64,12 +64,17 @@ class BarkRuntimeOptions:
     batch). No effect on CPU (logged)."""
     threads: int | None = None
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
+    max_sequences: int = 16
+    """Sentences the engine generates at once (continuous batching): a request that arrives
+    while fewer run starts at the next step; more wait for a free slot. Raise it on a GPU."""
 
     def validate(self) -> "BarkRuntimeOptions":
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, not {self.attention!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError("threads must be at least 1")
+        if not 1 <= self.max_sequences <= 256:
+            raise ValueError(f"max_sequences must be in 1..256, not {self.max_sequences!r}")
         return self
 
 
@@ -250,8 +255,10 @@ class BarkVoice(Voice):
 
     family = "bark"
 
-    def __init__(self, name: str, runner, config: BarkVoiceConfig, presets: Mapping[str, dict], source_path=None):
+    def __init__(self, name: str, runner, config: BarkVoiceConfig, presets: Mapping[str, dict], source_path=None,
+                 max_sequences: int = BarkRuntimeOptions.max_sequences):
         self.name = name
+        self.max_sequences = max_sequences
         self.runner = runner
         self.config = config
         self._presets = dict(presets)
@@ -322,7 +329,7 @@ class BarkVoice(Voice):
         if self._step_runner is None:
             from .step import BarkStepRunner
 
-            self._step_runner = BarkStepRunner(self.runner)
+            self._step_runner = BarkStepRunner(self.runner, capacity=self.max_sequences)
         return self._step_runner
 
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (), on_early=None) -> list[np.ndarray]:
@@ -451,7 +458,8 @@ def bark_voice_from_model(
         check_preset_fits(preset_name, arrays, runner)
     log.info("loaded Bark voice %s on %s (%s, attention %s%s)", name, dev, dt, runtime.attention,
              ", cpu offload" if runner.offload else "")
-    return BarkVoice(name, runner, config, voice_presets, source_path=source_path)
+    return BarkVoice(name, runner, config, voice_presets, source_path=source_path,
+                     max_sequences=runtime.max_sequences)
 
 
 def _device_and_dtype(device, dtype, runtime: BarkRuntimeOptions):
