@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sbv2"
 VARIANTS = ("jp_extra", "multilingual")
@@ -50,7 +53,6 @@ def arrays() -> dict[str, np.ndarray]:
 def write_model_folder(variant: str, out: Path) -> Path:
     """The user's model folder for `variant`, rebuilt from seeds: config.json, tiny.safetensors,
     style_vectors.npy."""
-    import torch
     from safetensors.torch import save_file
 
     m = meta()["models"][variant]
@@ -89,7 +91,6 @@ def bert_input_ids(text: str, language: str) -> list[int]:
 
 @lru_cache(maxsize=2)
 def bert_model(name: str):
-    import torch
     import transformers
 
     b = meta()["bert"][name]
@@ -104,8 +105,6 @@ def bert_model(name: str):
 
 def bert_hidden_m3(text: str, language: str) -> np.ndarray:
     """hidden_states[-3] of the tiny BERT for the sentence: [tokens, 1024]."""
-    import torch
-
     model = bert_model(JP_BERT if language == "JP" else EN_BERT)
     ids = torch.tensor([bert_input_ids(text, language)])
     with torch.no_grad():
@@ -116,3 +115,65 @@ def bert_hidden_m3(text: str, language: str) -> np.ndarray:
 def phone_level_bert(text: str, language: str) -> np.ndarray:
     """What enters the synthesizer: each token's vector repeated word2ph_blank times -> [1024, T]."""
     return np.repeat(bert_hidden_m3(text, language), word2ph_blank(text, language), axis=0).T
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    variant: str
+    index: int
+    meta: dict
+    phone_ids: np.ndarray  # [T] int64
+    tone_ids: np.ndarray
+    language_ids: np.ndarray
+    bert: np.ndarray  # [1024, T], the case's language's features
+    style_vec: np.ndarray  # [256]
+    wave: np.ndarray  # the reference's output
+    durations: np.ndarray
+
+    @property
+    def language(self) -> str:
+        return self.meta["language"]
+
+
+def case_bert(variant: str, i: int, c: dict) -> np.ndarray:
+    """Case 0's features come from the fixture; the others from the rebuilt tiny BERT."""
+    a = arrays()
+    k = f"{variant}/{i}"
+    if f"{k}/bert_phone_level" in a:
+        return a[f"{k}/bert_phone_level"]
+    if f"{k}/bert_hidden_m3" in a:
+        return np.repeat(a[f"{k}/bert_hidden_m3"], a[f"{k}/word2ph_blank"], axis=0).T
+    pytest.importorskip("transformers")
+    return phone_level_bert(c["text"], c["language"])
+
+
+def with_bert(case: Case) -> Case:
+    if case.bert is None:
+        case.bert = case_bert(case.variant, case.index, case.meta)
+    return case
+
+
+def batch_inputs(cases: list[Case], style_vecs: list[np.ndarray] | None = None) -> dict:
+    """Padded [B, T] inputs (0 = pad, as SBV2's blank) and per-language BERT [B, 1024, T]."""
+    b = len(cases)
+    t = max(len(c.phone_ids) for c in cases)
+    x = torch.zeros(b, t, dtype=torch.long)
+    tone = torch.zeros_like(x)
+    lang = torch.zeros_like(x)
+    bert: dict[str, torch.Tensor] = {}
+    for i, c in enumerate(cases):
+        n = len(c.phone_ids)
+        x[i, :n] = torch.from_numpy(c.phone_ids)
+        tone[i, :n] = torch.from_numpy(c.tone_ids)
+        lang[i, :n] = torch.from_numpy(c.language_ids)
+        feats = bert.setdefault(c.language, torch.zeros(b, 1024, t))
+        feats[i, :, :n] = torch.from_numpy(with_bert(c).bert)
+    svs = style_vecs if style_vecs is not None else [c.style_vec for c in cases]
+    return dict(
+        x=x, x_lengths=torch.tensor([len(c.phone_ids) for c in cases]), tone=tone, language=lang, bert=bert,
+        style_vec=torch.from_numpy(np.stack(svs)), sid=torch.tensor([c.meta["sid"] for c in cases]),
+        length_scale=[c.meta["length_scale"] for c in cases],
+    )
