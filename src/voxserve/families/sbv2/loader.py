@@ -157,6 +157,7 @@ def dims_from(cfg: dict, tensors: dict[str, torch.Tensor], where: str) -> Sbv2Di
     n_heads = int(_cfg(m, "n_heads", where))
     rel = _shape(tensors, "enc_p.encoder.attn_layers.0.emb_rel_k", where)
     flow_layers = _count(tensors, r"^flow\.flows\.0\.enc\.attn_layers\.(\d+)\.")
+    flow_ffn = _shape(tensors, "flow.flows.0.enc.ffn_layers.0.conv_1.weight", where)
     n_flows = _count(tensors, r"^flow\.flows\.(\d+)\.")
     n_speakers = int(_cfg(data, "n_speakers", where))
     if n_speakers != emb_g[0]:
@@ -178,7 +179,7 @@ def dims_from(cfg: dict, tensors: dict[str, torch.Tensor], where: str) -> Sbv2Di
             dp_kernel_size=dp1[2],
             flow_n_flows=n_flows or 4,
             flow_n_layers=int(m.get("n_layers_trans_flow", flow_layers or FLOW_LAYERS_DEFAULT[jp_extra])),
-            flow_kernel_size=5,
+            flow_kernel_size=flow_ffn[2],  # 5 in SBV2 (hard-coded there)
             resblock=str(_cfg(m, "resblock", where)),
             resblock_kernel_sizes=tuple(int(k) for k in _cfg(m, "resblock_kernel_sizes", where)),
             resblock_dilation_sizes=tuple(tuple(int(d) for d in ds) for ds in _cfg(m, "resblock_dilation_sizes", where)),
