@@ -161,3 +161,9 @@ def test_style_vectors_that_do_not_fit_are_named(folder):
     np.save(folder / "style_vectors.npy", np.zeros((4, 128), np.float32))
     with pytest.raises(VoiceLoadError, match=r"style_vectors\.npy: style vectors have shape \[4, 128\]"):
         load_sbv2_checkpoint(folder)
+
+
+def test_unsupported_variants_are_refused_by_name(folder):
+    edit_config(folder, lambda c: c["model"].update(use_transformer_flow=False))
+    with pytest.raises(VoiceLoadError, match="use_transformer_flow"):
+        load_sbv2_checkpoint(folder)

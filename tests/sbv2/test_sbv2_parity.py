@@ -71,3 +71,25 @@ def test_style_vectors_follow_sbv2s_rule(sbv2_checkpoints, sbv2_cases):
             np.testing.assert_allclose(ck.style_vector(m["style"], m["style_weight"]), case.style_vec, atol=1e-6)
             np.testing.assert_allclose(style_vector(ck.style_vectors, m["style_id"], m["style_weight"]),
                                        case.style_vec, atol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_equals_reference(sbv2_checkpoints, sbv2_cases):
+    """The same model on a CUDA device (fp32), a padded batch per variant, against the reference."""
+    import copy
+
+    import torch
+
+    for variant, ck in sbv2_checkpoints.items():
+        model = copy.deepcopy(ck.model).cuda()
+        cases = [with_bert(c) for c in sbv2_cases[variant]]
+        args = batch_inputs(cases)
+        args = {k: ({lang: f.cuda() for lang, f in v.items()} if k == "bert" else
+                    v.cuda() if isinstance(v, torch.Tensor) and k != "x_lengths" else v) for k, v in args.items()}
+        out = model.infer(**args, noise_scale=0.0, noise_scale_w=0.0, sdp_ratio=0.0)
+        for i, case in enumerate(cases):
+            wave = out.wave[i, 0, : int(out.wave_lengths[i])].cpu().numpy()
+            assert wave.shape == case.wave.shape
+            diff = float(np.abs(wave - case.wave).max())
+            print(f"cuda {variant}/{i}: max |diff| {diff:.2e}")
+            assert diff <= TOL

@@ -148,6 +148,10 @@ def dims_from(cfg: dict, tensors: dict[str, torch.Tensor], where: str) -> Sbv2Di
     data, m = cfg["data"], cfg["model"]
     version = str(cfg.get("version", ""))
     jp_extra = bool(data.get("use_jp_extra", version.endswith("JP-Extra")))
+    if m.get("use_transformer_flow", True) is False:  # SBV2's default and every released model: True
+        raise VoiceLoadError(f"{where}: config.json model.use_transformer_flow is false (a WaveNet flow): not supported")
+    if int(m.get("n_speakers", data.get("n_speakers", 1)) or 0) < 1:
+        raise VoiceLoadError(f"{where}: config.json data.n_speakers < 1 (a reference-encoder model): not supported")
     emb = _shape(tensors, "enc_p.emb.weight", where)
     tone = _shape(tensors, "enc_p.tone_emb.weight", where)
     lang = _shape(tensors, "enc_p.language_emb.weight", where)
