@@ -358,7 +358,7 @@ class Sbv2Synthesizer(nn.Module):
         noise_scale=0.6,
         length_scale=1.0,
         noise_scale_w=0.8,
-        sdp_ratio=0.0,
+        sdp_ratio=0.2,
         seeds: Sequence[int | None] | None = None,
         generators: Sequence[torch.Generator | None] | None = None,
         keep_stages: bool = False,
@@ -368,7 +368,8 @@ class Sbv2Synthesizer(nn.Module):
         x, tone, language [B, T] int64 (blanks interspersed as the model was trained);
         x_lengths [B]; bert: {"JP": [B, 1024, T]} for JP-Extra, any of "ZH"/"JP"/"EN" for the
         multilingual model (a missing language is SBV2's zeros); style_vec [B, 256];
-        sid [B]. The scalars are floats or [B] (per row). seeds / generators: one per row (the
+        sid [B]. The scalars are floats or [B] (per row); their defaults are SBV2's (noise 0.6,
+        noise_w 0.8, sdp_ratio 0.2, length 1.0). seeds / generators: one per row (the
         noise of row i is drawn from its own generator, so it does not depend on the batch).
         """
         b, t = x.shape
