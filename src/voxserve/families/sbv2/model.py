@@ -131,7 +131,6 @@ class ConditionedEncoder(Encoder):
 
     def __init__(self, dims: VitsDims, gin_channels: int, cond_layer_idx: int = 2):
         super().__init__(dims)
-        self.n_layers = dims.n_layers
         self.cond_layer_idx = dims.n_layers
         if gin_channels:
             if not cond_layer_idx < dims.n_layers:
