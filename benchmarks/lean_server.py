@@ -186,6 +186,7 @@ def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, floa
     stop = threading.Event()
     done = [0]
     errors = [0]
+    kinds: dict[str, int] = {}
 
     def client(k: int) -> None:
         conn = [None]
@@ -194,8 +195,9 @@ def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, floa
             try:
                 server.speak(pool[i % len(pool)], conn)
                 done[0] += 1
-            except Exception:
+            except Exception as e:
                 errors[0] += 1
+                kinds[str(e)[:60]] = kinds.get(str(e)[:60], 0) + 1
                 time.sleep(0.5)
             i += clients
 
@@ -211,7 +213,7 @@ def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, floa
     stop.set()
     for t in ts:
         t.join(600)
-    print(f"  soak {server.kind}: {done[0]} requests, {errors[0]} errors", flush=True)
+    print(f"  soak {server.kind}: {done[0]} requests, {errors[0]} errors {kinds or ''}", flush=True)
     return series
 
 
