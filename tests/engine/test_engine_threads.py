@@ -360,6 +360,9 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
     assert ran_on == {"voxserve-worker-cpu-urgent-0"} and len(reniced) == 4 and not ran_on & set(reniced)
     assert Engine([FakeVoice()], cfg()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
     assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(lanes=1)).lanes == {"cpu": 1}
+    assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(executor="serial")).lanes == {"cpu": 1}
+    with pytest.raises(ValueError, match="executor"):
+        EngineConfig(executor="threads").validate()
     with pytest.raises(ValueError, match="lanes"):
         EngineConfig(lanes=0).validate()
     with pytest.raises(ValueError, match="lane_batch_size"):

@@ -88,3 +88,10 @@ def test_serve_bad_input_exit_codes(capsys, tmp_path, monkeypatch):
     assert main(["serve", "--device", "cpu", "--voice", str(tmp_path / "missing.onnx")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("voxserve: error:") for line in err), err
+
+
+def test_executor_setting():
+    assert settings_from(parse("--executor", "serial"), environ={}).engine_config().executor == "serial"
+    assert settings_from(parse(), environ={"VOXSERVE_EXECUTOR": "lanes"}).engine_config().executor == "lanes"
+    with pytest.raises(ValueError, match="executor"):
+        settings_from(parse("--executor", "fast"), environ={}).engine_config()

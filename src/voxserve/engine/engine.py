@@ -66,10 +66,14 @@ class EngineConfig:
     CPU a batch of several sentences costs about their sum, and the lanes give the overlap that
     batching would, so one sentence a batch lets a short request start without waiting for
     companions."""
+    executor: str = "auto"
+    """How a CPU device runs its batches: "lanes" (several at once, each on its share of the
+    threads, see `_Worker`), "serial" (one at a time on every thread), or "auto" (see
+    `Engine._lanes`). GPUs, Bark, offload and torch.compile always run serially."""
     lanes: int | None = None
-    """Batches a device runs at once (see `_Worker`). None: 2 on a CPU with at least 2
-    intra-op threads whose voices all allow it (`Voice.concurrent_runs`: VITS in eager mode),
-    else 1 (GPUs, Bark, offload, torch.compile). More than the CPU's threads is cut to them."""
+    """With executor "lanes" (or "auto" choosing lanes): batches a device runs at once. None: 2
+    on a CPU with at least 2 intra-op threads whose voices all allow it (`Voice.concurrent_runs`:
+    VITS in eager mode), else 1. More than the CPU's threads is cut to them."""
     urgent_lanes: bool = True
     """With several lanes: as many again for urgent work (the scheduler's "Urgent work": a
     short request, a stream's short first sentence; `SchedulerConfig.urgent_max_cost`), while
@@ -100,6 +104,8 @@ class EngineConfig:
             raise ValueError("frontend_lookahead must be at least 1")
         if self.frontend_threads < 1:
             raise ValueError("frontend_threads must be at least 1")
+        if self.executor not in ("auto", "lanes", "serial"):
+            raise ValueError(f"executor must be auto, lanes or serial, not {self.executor!r}")
         if self.lanes is not None and self.lanes < 1:
             raise ValueError("lanes must be at least 1")
         if self.lane_batch_size < 1:
@@ -745,6 +751,8 @@ class Engine:
             return 1, 1  # (a step runner is called from one thread)
         threads = intra_op_threads()
         if not thread_teams():  # without per-thread teams, lanes would oversubscribe the cores
+            return 1, threads
+        if self.config.executor == "serial":
             return 1, threads
         want = self.config.lanes if self.config.lanes is not None else 2
         return max(1, min(want, threads)), threads

@@ -62,6 +62,8 @@ class ServeSettings:
     shutdown_timeout: float = _APP.shutdown_timeout_s
     threads: int | None = None
     """CPU intra-op threads for the model (None: PyTorch's default)."""
+    executor: str = _ENG.executor
+    """How a CPU runs its batches: auto, lanes or serial (EngineConfig.executor)."""
     lanes: int | None = None
     """Batches a CPU runs at once, sharing its threads (None: EngineConfig's choice)."""
     urgent_max_cost: int = _SCHED.urgent_max_cost
@@ -78,7 +80,7 @@ class ServeSettings:
                                max_queued_sentences=self.max_queue).validate()
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(scheduler=self.scheduler_config(), lanes=self.lanes,
+        return EngineConfig(scheduler=self.scheduler_config(), executor=self.executor, lanes=self.lanes,
                             urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice,
                             max_queue_wait_s=self.max_queue_wait).validate()
 
@@ -120,6 +122,8 @@ _HELP = {
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",
+    "executor": "how a CPU runs its batches: auto, lanes (several at once, short work at a higher OS priority) "
+                "or serial (one at a time on every thread)",
     "lanes": "batches a CPU runs at once, sharing its threads (default: 2 for VITS voices on 2+ threads)",
     "urgent_max_cost": "with several lanes: a request whose client waits for at most this many phoneme ids "
                        "(a short one, a stream's first sentence) runs on urgent lanes, at a higher OS "

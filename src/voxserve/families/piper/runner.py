@@ -206,15 +206,17 @@ class VitsRunner(ResidentWeights):
         if isinstance(self.stages, GraphedStages):
             self.stages = self._build_stages()
 
-    def warmup(self, max_frames: int = 1024, max_tokens: int = 512) -> None:
-        """Prepare for traffic. CUDA graphs: capture the whole grid. CPU shape buckets: run the
-        synth stage once at every frame bucket up to `max_frames` (largest first, so the heap
-        grows once) and the encoder at every token bucket up to `max_tokens`, so that oneDNN's
-        per-shape kernels exist before the first request needs them (a cold shape measured
-        ~40% slower). Then one real sentence through every stage."""
+    def warmup(self, max_frames: int = 0, max_tokens: int = 0) -> None:
+        """Prepare for traffic. CUDA graphs: capture the whole grid. CPU: one real sentence
+        through every stage, and with max_frames / max_tokens the synth stage at every frame
+        bucket up to max_frames (largest first) and the encoder at every token bucket up to
+        max_tokens. A bucket's first use builds its oneDNN kernels (measured: 0.05-0.3 s of CPU
+        once per bucket and thread count), which traffic pays once, bucket by bucket; the sweep
+        of every bucket to 1024 frames took ~57 s and ~750 MB of RSS at start-up for that
+        (docs/benchmarks.md, "A lean server"), so by default it is not run."""
         if isinstance(self.stages, GraphedStages) and not self.stages.emulate:
             self.stages.warmup()
-        elif self.buckets:
+        elif self.buckets and (max_frames or max_tokens):
             with torch.inference_mode():
                 for n in sorted({geometric_bucket(k) for k in range(1, max_frames + 1)}, reverse=True):
                     self.stages.synth(self._zeros_synth(n), single_item=False)

