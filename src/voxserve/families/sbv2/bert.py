@@ -1,0 +1,167 @@
+"""SBV2's BERT feature extractor as a shared component: one per language and device, shared by
+every SBV2 voice on that device, run by the engine as a stage batched across requests and voices.
+
+What it computes is SBV2's (tests/fixtures/sbv2/README.md): the sentence's BERT text tokenised
+with CLS/SEP, `hidden_states[-3]` of the model, and token i's vector repeated word2ph[i] times,
+giving [1024, T_phones] for the synthesizer. Unlike SBV2, the sentences of a call are tokenised
+into ONE padded batch (attention mask) and run in one forward, and the expansion to phones runs
+on the device (`repeat_interleave` with its output size given, so no sync); the features are
+returned as device tensors: nothing is copied to the host.
+
+BERT_ROOT is laid out like SBV2's `bert/` folder: one Hugging Face model folder per BERT, named as
+SBV2 names them (BERT_FOLDERS). Loaded as SBV2 loads them (JP and ZH with AutoModelForMaskedLM and
+AutoTokenizer, EN with DebertaV2Model and DebertaV2Tokenizer); only the base model runs (the
+hidden states are the base model's; the masked-LM head is never needed).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import VoiceLoadError
+from ...voice import SharedComponent
+
+BERT_FOLDERS = {
+    "JP": "deberta-v2-large-japanese-char-wwm",
+    "EN": "deberta-v3-large",
+    "ZH": "chinese-roberta-wwm-ext-large",
+}
+BERT_DIM = 1024
+HIDDEN_LAYER = -3  # SBV2 takes hidden_states[-3]
+MAX_BATCH_LIMIT = 64
+DEFAULT_MAX_BATCH = 16
+
+
+def normalise_device(device: str | torch.device) -> torch.device:
+    """`cuda` -> `cuda:<current>`, so "cuda" and "cuda:0" name one device (one shared BERT)."""
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None and torch.cuda.is_available():
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def bert_folder(bert_root: str | Path, language: str) -> Path:
+    """BERT_ROOT/<SBV2's folder name for the language>, resolved; VoiceLoadError if absent."""
+    if language not in BERT_FOLDERS:
+        raise VoiceLoadError(f"SBV2 BERT: unknown language {language!r} (one of {sorted(BERT_FOLDERS)})")
+    folder = (Path(bert_root) / BERT_FOLDERS[language]).resolve()
+    if not (folder / "config.json").is_file():
+        raise VoiceLoadError(f"SBV2 {language} BERT: no model folder at {folder} (expected "
+                             f"BERT_ROOT/{BERT_FOLDERS[language]}/ with config.json, weights and "
+                             "tokenizer files)")
+    return folder
+
+
+def bert_key(language: str, folder: str | Path, device: str | torch.device) -> tuple:
+    """The shared-component key: voices naming it on one device share one instance."""
+    return ("sbv2-bert", language, str(Path(folder).resolve()), str(normalise_device(device)))
+
+
+def _load(folder: Path, language: str):
+    import transformers
+
+    try:
+        if language == "EN":
+            tokenizer = transformers.DebertaV2Tokenizer.from_pretrained(str(folder))
+            model = transformers.DebertaV2Model.from_pretrained(str(folder))
+        else:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+            model = transformers.AutoModelForMaskedLM.from_pretrained(str(folder))
+    except Exception as e:  # a missing file, a tokenizer dependency (sentencepiece for EN), ...
+        raise VoiceLoadError(f"SBV2 {language} BERT: cannot load {folder}: {e}") from e
+    return tokenizer, model
+
+
+class SbvBert(SharedComponent):
+    """One language's BERT on one device and dtype.
+
+    `run(inputs)`: each input is `(bert_text, word2ph)` for one sentence (word2ph: phones per
+    token, CLS and SEP included, so len(word2ph) is the sentence's token count); returns one
+    [1024, sum(word2ph)] tensor per input, on the device, in `output_dtype`."""
+
+    def __init__(self, folder: str | Path, language: str, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, *, max_batch: int = DEFAULT_MAX_BATCH,
+                 output_dtype: torch.dtype = torch.float32):
+        if not 1 <= int(max_batch) <= MAX_BATCH_LIMIT:
+            raise ValueError(f"max_batch must be 1..{MAX_BATCH_LIMIT}, not {max_batch}")
+        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"SBV2 BERT dtype must be float32, float16 or bfloat16, not {dtype}")
+        self.language = language
+        self.folder = Path(folder).resolve()
+        self.device = normalise_device(device)
+        self.dtype = dtype
+        self.output_dtype = output_dtype
+        self.max_batch = int(max_batch)
+        self.key = bert_key(language, self.folder, self.device)
+        self.tokenizer, model = _load(self.folder, language)
+        hidden = model.config.hidden_size
+        if hidden != BERT_DIM:
+            raise VoiceLoadError(f"SBV2 {language} BERT {self.folder}: hidden_size {hidden}, the "
+                                 f"synthesizer's BERT projection needs {BERT_DIM}")
+        self.model = model.base_model.eval().to(device=self.device, dtype=dtype)
+        self.model.requires_grad_(False)
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], list[int]]:
+        """One padded batch (host tensors) and each text's token count, CLS/SEP included."""
+        enc = self.tokenizer(list(texts), padding=True, return_tensors="pt")
+        lengths = enc["attention_mask"].sum(dim=1).tolist()  # host tensor: no device sync
+        return dict(enc), [int(n) for n in lengths]
+
+    def run(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        if not inputs:
+            return []
+        if len(inputs) > self.max_batch:
+            raise ValueError(f"SBV2 BERT: {len(inputs)} inputs in one call, max_batch is {self.max_batch}")
+        texts = [str(t) for t, _ in inputs]
+        w2ps = [[int(n) for n in w] for _, w in inputs]
+        enc, lengths = self.tokenize(texts)
+        for k, (text, w2p, n) in enumerate(zip(texts, w2ps, lengths)):
+            if len(w2p) != n:
+                raise ValueError(f"SBV2 {self.language} BERT: word2ph has {len(w2p)} entries but the "
+                                 f"text {text!r} has {n} tokens (CLS and SEP included); input {k} "
+                                 f"of {len(inputs)}")
+            if any(x < 0 for x in w2p):
+                raise ValueError(f"SBV2 {self.language} BERT: negative word2ph entry for {text!r}")
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in enc.items()}
+        with torch.no_grad():
+            out = self.model(**batch, output_hidden_states=True)
+            hidden = out.hidden_states[HIDDEN_LAYER]  # [B, L, 1024] on the device
+            if hidden.dtype != self.output_dtype:
+                hidden = hidden.to(self.output_dtype)
+            feats = []
+            for k, (w2p, n) in enumerate(zip(w2ps, lengths)):
+                reps = torch.tensor(w2p, dtype=torch.long).to(self.device, non_blocking=True)
+                # output_size given: CUDA needs no sync to size the result
+                x = torch.repeat_interleave(hidden[k, :n], reps, dim=0, output_size=sum(w2p))
+                feats.append(x.T)  # [1024, T_phones]
+        return feats
+
+
+# ------------------------------------------------------------------ one per device, per process
+_shared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_bert(bert_root: str | Path, language: str, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.float32, **kw) -> SbvBert:
+    """The process's SbvBert for (BERT folder, language, device): loaded on first use, the same
+    instance afterwards (thread-safe), for as long as a voice holds it. A second request for the
+    same BERT on the same device in another dtype raises (one instance per key and device)."""
+    folder = bert_folder(bert_root, language)
+    key = bert_key(language, folder, device)
+    with _shared_lock:
+        bert = _shared.get(key)
+        if bert is None:
+            bert = SbvBert(folder, language, device, dtype, **kw)
+            _shared[key] = bert
+        elif bert.dtype != dtype:
+            raise VoiceLoadError(f"SBV2 {language} BERT {folder} is already loaded on {bert.device} "
+                                 f"in {bert.dtype}; load every SBV2 voice on that device in one BERT "
+                                 f"dtype, not {dtype}")
+        return bert

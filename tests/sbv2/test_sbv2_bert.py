@@ -1,0 +1,472 @@
+"""SBV2's BERT as a shared component (issue 20): one instance per language and device, one padded
+batch per call, hidden_states[-3] expanded to phones on the device, features never copied to the
+host; run by the real engine as a stage that mixes the sentences of several requests and voices.
+
+The BERT is the fixtures' tiny DeBERTa-v2 (hidden 1024, 3 layers) rebuilt from seeds and saved
+into a BERT_ROOT laid out like SBV2's, with the recorded JP tokenizer files, so it loads through
+the same transformers path as a user's `bert/` folder."""
+
+from __future__ import annotations
+
+import base64
+import gc
+import shutil
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+import torch  # noqa: E402
+
+import sbv2_fixtures as fx  # noqa: E402
+from voxserve.errors import VoiceLoadError  # noqa: E402
+from voxserve.families.sbv2 import bert as sb  # noqa: E402
+from voxserve.families.sbv2.bert import SbvBert, bert_key, shared_bert  # noqa: E402
+from voxserve.limits import DEFAULT_LIMITS  # noqa: E402
+from voxserve.voice import Unit, Voice  # noqa: E402
+
+FP32_BOUND = 1e-5  # batched vs solo, fp32 (measured 6.0e-6 on CPU for 8 sentences of 6-21 chars)
+
+
+def write_bert_root(root: Path) -> Path:
+    """BERT_ROOT with the JP BERT folder as SBV2 names it: config, weights, tokenizer files."""
+    name = fx.JP_BERT
+    b = fx.meta()["bert"][name]
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    fx.bert_model(name).save_pretrained(d)
+    for f, v in b["tokenizer_files"].items():
+        if "text" in v:
+            (d / f).write_text(v["text"], encoding="utf-8")
+        else:
+            (d / f).write_bytes(base64.b64decode(v["base64"]))
+    return root
+
+
+@pytest.fixture(scope="module")
+def bert_root(tmp_path_factory) -> Path:
+    return write_bert_root(tmp_path_factory.mktemp("bert_root"))
+
+
+@pytest.fixture(scope="module")
+def jp_bert(bert_root) -> SbvBert:
+    return shared_bert(bert_root, "JP")
+
+
+def jp_input(entry: dict) -> tuple[str, list[int]]:
+    """SBV2's BERT input for a front-end entry: the readable words joined, word2ph with blanks."""
+    return "".join(entry["sep_text"]), fx.word2ph_blank(entry["text"], "JP")
+
+
+def varied_inputs(n: int = 8) -> list[tuple[str, list[int]]]:
+    """n JP sentences of different lengths, shortest to longest spread over the batch."""
+    entries = sorted(fx.frontend()["jp"], key=lambda d: len("".join(d["sep_text"])))
+    pick = [entries[round(k * (len(entries) - 1) / (n - 1))] for k in range(n)]
+    ins = [jp_input(d) for d in pick]
+    ins = ins[::2] + ins[1::2][::-1]  # mixed order: long rows next to short ones
+    assert len({len(t) for t, _ in ins}) >= n - 1
+    return ins
+
+
+def max_diff(a: torch.Tensor, b) -> float:
+    b = torch.as_tensor(b)
+    assert tuple(a.shape) == tuple(b.shape), (a.shape, b.shape)
+    return float((a.float().cpu() - b.float().cpu()).abs().max())
+
+
+# --------------------------------------------------------------------------- the component
+
+
+def test_batched_features_equal_solo_features(jp_bert):
+    ins = varied_inputs(8)
+    solo = [jp_bert.run([x])[0] for x in ins]
+    for order in (list(range(8)), list(range(8))[::-1]):
+        batch = jp_bert.run([ins[k] for k in order])
+        diffs = []
+        for k, f in zip(order, batch):
+            assert f.shape == (1024, sum(ins[k][1])) and f.dtype == torch.float32
+            diffs.append(max_diff(f, solo[k]))
+        lengths = sorted(len(t) for t, _ in ins)
+        print(f"batched vs solo, 8 sentences of {lengths} chars: max |diff| {max(diffs):.2e}")
+        assert max(diffs) <= FP32_BOUND
+
+
+def test_features_equal_the_recorded_reference(jp_bert):
+    """Case 0 of both variants: repeat(hidden_states[-3], word2ph_blank) as recorded in synth.npz,
+    alone and inside a batch of other sentences."""
+    a = fx.arrays()
+    others = varied_inputs(8)[:5]
+    for variant in fx.VARIANTS:
+        c = fx.meta()["models"][variant]["cases"][0]
+        w2p = a[f"{variant}/0/word2ph_blank"].tolist()
+        ref = np.repeat(a[f"{variant}/0/bert_hidden_m3"], a[f"{variant}/0/word2ph_blank"], axis=0).T
+        if f"{variant}/0/bert_phone_level" in a:
+            np.testing.assert_array_equal(ref, a[f"{variant}/0/bert_phone_level"])
+        ids = jp_bert.tokenize([c["bert_text"]])[0]["input_ids"][0].tolist()
+        assert ids == a[f"{variant}/0/bert_input_ids"].tolist()  # the same tokens as the reference's
+        solo = jp_bert.run([(c["bert_text"], w2p)])[0]
+        batched = jp_bert.run(others[:2] + [(c["bert_text"], w2p)] + others[2:])[2]
+        d_solo, d_batch = max_diff(solo, ref), max_diff(batched, ref)
+        print(f"{variant}/0 vs the reference: solo {d_solo:.2e}, in a batch of 6 {d_batch:.2e}")
+        assert d_solo <= 1e-5 and d_batch <= FP32_BOUND
+
+
+def test_word2ph_must_fit_the_token_count(jp_bert):
+    text, w2p = jp_input(fx.frontend()["jp"][0])
+    with pytest.raises(ValueError, match=r"word2ph has \d+ entries but the text .* has \d+ tokens"):
+        jp_bert.run([(text, w2p), (text, w2p[:-1])])
+    with pytest.raises(ValueError, match="negative"):
+        jp_bert.run([(text, [-1] + w2p[1:])])
+
+
+def test_max_batch_is_bounded(bert_root, jp_bert):
+    assert jp_bert.max_batch == 16
+    text, w2p = jp_input(fx.frontend()["jp"][0])
+    with pytest.raises(ValueError, match="max_batch"):
+        jp_bert.run([(text, w2p)] * 17)
+    for bad in (0, sb.MAX_BATCH_LIMIT + 1):
+        with pytest.raises(ValueError, match="max_batch"):
+            SbvBert(bert_root / fx.JP_BERT, "JP", max_batch=bad)
+    assert jp_bert.run([]) == []
+
+
+def test_missing_folder_names_it(tmp_path):
+    with pytest.raises(VoiceLoadError, match=fx.EN_BERT):
+        shared_bert(tmp_path, "EN")
+    with pytest.raises(VoiceLoadError, match="unknown language"):
+        shared_bert(tmp_path, "FR")
+
+
+# --------------------------------------------------------------------------- one per device
+
+
+def test_two_loads_share_one_instance_and_one_set_of_weights(bert_root, jp_bert):
+    first = shared_bert(bert_root, "JP", "cpu")
+    second = shared_bert(str(bert_root) + "/", "JP", torch.device("cpu"))  # another spelling of the same
+    assert first is second is jp_bert
+    assert first.key == ("sbv2-bert", "JP", str((bert_root / fx.JP_BERT).resolve()), "cpu")
+    assert first.key == bert_key("JP", bert_root / fx.JP_BERT, "cpu")
+    assert [k for k in sb._shared.keys() if k[1] == "JP" and k[2] == first.key[2]] == [first.key]
+    ptrs = {p.data_ptr() for p in first.model.parameters()}
+    assert ptrs == {p.data_ptr() for p in second.model.parameters()}
+    with pytest.raises(VoiceLoadError, match="dtype"):
+        shared_bert(bert_root, "JP", "cpu", torch.bfloat16)
+
+
+def test_concurrent_first_loads_make_one_instance(bert_root, tmp_path, monkeypatch):
+    """Two voices loading at once in two threads: one load, one instance; freed with its voices."""
+    root = tmp_path / "bert"
+    shutil.copytree(bert_root / fx.JP_BERT, root / fx.JP_BERT)
+    loads = []
+    real = sb._load
+
+    def counting(folder, language):
+        loads.append(folder)
+        time.sleep(0.05)  # widen the window for a race
+        return real(folder, language)
+
+    monkeypatch.setattr(sb, "_load", counting)
+    got: list = [None, None]
+    start = threading.Barrier(2)
+
+    def load(k):
+        start.wait()
+        got[k] = shared_bert(root, "JP")
+
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got[0] is got[1] is not None and len(loads) == 1
+    key = got[0].key
+    assert key in sb._shared
+    del got[:], t
+    threads.clear()
+    gc.collect()
+    assert key not in sb._shared  # no voice holds it: not kept alive by the cache
+
+
+# --------------------------------------------------------------------------- through the engine
+
+
+class BertVoice(Voice):
+    """A minimal one-shot voice whose units need the shared BERT: text is '|'-separated JP
+    front-end sentences; its 'audio' is made from the features and its own gain, so a mix-up
+    between sentences or voices would show. Records the features it received, by identity."""
+
+    family = "sbv2-bert-test"
+    sample_rate = 16000
+    limits = DEFAULT_LIMITS
+
+    def __init__(self, name, bert, gain, device="cpu"):
+        self.name, self.bert, self.gain, self.device = name, bert, gain, device
+        self.seen: list = []  # the features its batches received, by identity
+        self.by_index: dict[int, torch.Tensor] = {}
+
+    def components(self):
+        return {self.bert.key: self.bert}
+
+    def units(self, text, options=None):
+        entries = {d["text"]: d for d in fx.frontend()["jp"]}
+        parts = [p for p in text.split("|") if p]
+        return iter([Unit(i, p, len(p), (p, self.gain), component=self.bert.key,
+                          component_input=jp_input(entries[p])) for i, p in enumerate(parts)])
+
+    def with_component_output(self, unit, output):
+        return replace(unit, component=None, component_input=None, payload=(unit.payload, output))
+
+    @staticmethod
+    def audio_for(feats: torch.Tensor, gain: float) -> np.ndarray:
+        return (feats.float().mean(dim=0) * gain).cpu().numpy()
+
+    def run_units(self, units, early=(), on_early=None):
+        out = []
+        for u in units:
+            assert u.component is None
+            (_, gain), feats = u.payload
+            self.seen.append(feats)
+            self.by_index[u.index] = feats
+            out.append(self.audio_for(feats, gain))
+        return out
+
+
+class Sink:
+    def __init__(self):
+        self.audio: dict[int, np.ndarray] = {}
+        self.done = threading.Event()
+        self.error = None
+
+    def on_audio(self, index, samples, text, partial=False):
+        self.audio[index] = samples
+
+    def on_done(self, n):
+        self.done.set()
+
+    def on_error(self, e):
+        self.error = e
+        self.done.set()
+
+
+def spy(bert: SbvBert, monkeypatch) -> tuple[list, list]:
+    """Record each call's inputs and outputs (the outputs returned as they are)."""
+    batches, outputs = [], []
+    real = bert.run
+
+    def run(inputs):
+        out = real(inputs)
+        batches.append(list(inputs))
+        outputs.extend(out)
+        return out
+
+    monkeypatch.setattr(bert, "run", run)
+    return batches, outputs
+
+
+def wait_staged(eng, n: int, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while sum(len(w.stage_queue) for w in eng._workers.values()) < n:
+        assert time.time() < deadline, "the sentences never reached the BERT stage"
+        time.sleep(0.005)
+
+
+def drain(eng) -> None:
+    for _ in range(1000):
+        if eng.step() is None:
+            return
+    raise AssertionError("the engine never ran out of work")
+
+
+TEXTS = {"a": [0, 7, 20], "b": [3, 30]}  # front-end JP sentences per voice
+
+
+def submit_two_voices(bert: SbvBert, device: str = "cpu"):
+    from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+
+    jp = fx.frontend()["jp"]
+    va, vb = BertVoice("a", bert, 1.0, device), BertVoice("b", bert, -2.0, device)
+    eng = Engine({"a": va, "b": vb}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0),
+                                                  max_queue_wait_s=3600)).start(threads=False)
+    assert list(eng._workers[device].components.values()) == [bert]  # one instance on the device
+    sinks = {}
+    for name, voice in (("a", va), ("b", vb)):
+        sinks[name] = Sink()
+        eng.submit(name, "|".join(jp[i]["text"] for i in TEXTS[name]), None, sinks[name])
+    wait_staged(eng, 5)
+    return eng, {"a": va, "b": vb}, sinks
+
+
+def test_engine_stage_batches_both_voices_and_hands_over_the_same_tensors(jp_bert, monkeypatch):
+    batches, outputs = spy(jp_bert, monkeypatch)
+    eng, voices, sinks = submit_two_voices(jp_bert)
+    drain(eng)
+    jp = fx.frontend()["jp"]
+    assert len(batches) == 1 and sorted(t for t, _ in batches[0]) == sorted(
+        jp_input(jp[i])[0] for v in TEXTS.values() for i in v)  # one stage batch, both voices
+    diffs = []
+    for name, voice in voices.items():
+        s = sinks[name]
+        assert s.done.is_set() and s.error is None
+        assert len(voice.seen) == len(TEXTS[name])
+        for k, i in enumerate(TEXTS[name]):  # each sentence its own features, in its own voice
+            solo = jp_bert.run([jp_input(jp[i])])[0]
+            diffs.append(max_diff(voice.by_index[k], solo))
+            np.testing.assert_allclose(s.audio[k], voice.audio_for(solo, voice.gain), atol=1e-5)
+    print(f"engine stage batch of 5 vs solo: max |diff| {max(diffs):.2e}")
+    # the voices received the very tensors the component produced: no copy on the way
+    assert {id(x) for x in voices["a"].seen + voices["b"].seen} == {id(x) for x in outputs[:5]}
+
+
+def test_library_path_runs_one_bert_call(jp_bert, monkeypatch):
+    batches, _ = spy(jp_bert, monkeypatch)
+    jp = fx.frontend()["jp"]
+    v = BertVoice("a", jp_bert, 1.0)
+    audio = v.synthesize("|".join(jp[i]["text"] for i in (1, 2, 5)))
+    assert len(batches) == 1 and len(batches[0]) == 3
+    want = np.concatenate([v.audio_for(jp_bert.run([jp_input(jp[i])])[0], 1.0) for i in (1, 2, 5)])
+    np.testing.assert_allclose(audio.samples, want, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+class DeviceToHostGuard:
+    """Fails on any device-to-host copy of a floating-point tensor (features, hidden states)
+    while active: `.cpu()`, `.to("cpu")`, `.numpy()` (needs one of those), `.item()`,
+    `.tolist()`, `cpu_tensor.copy_(cuda_tensor)`. Integer syncs are recorded, not failed."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        guard = self
+        self.violations: list[str] = []
+        self.int_syncs: list[str] = []
+
+        def tensors(x):
+            if isinstance(x, torch.Tensor):
+                yield x
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    yield from tensors(y)
+            elif isinstance(x, dict):
+                for y in x.values():
+                    yield from tensors(y)
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                ins = [t for t in tensors((args, kwargs)) if t.device.type != "cpu"]
+                out = func(*args, **kwargs)
+                name = str(func)
+                to_host = False
+                if ins:
+                    if "_local_scalar_dense" in name:
+                        to_host = True
+                    elif ("copy_" in name and isinstance(args[0], torch.Tensor)
+                          and args[0].device.type == "cpu"):
+                        to_host = True
+                    elif any(t.device.type == "cpu" for t in tensors(out)) and "_to_copy" in name:
+                        to_host = True
+                if to_host:
+                    src = ins[0]
+                    what = f"{name} of {tuple(src.shape)} {src.dtype}"
+                    (guard.violations if src.is_floating_point() else guard.int_syncs).append(what)
+                return out
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+        return False
+
+
+@pytest.fixture(scope="module")
+def cuda_bert(bert_root):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return shared_bert(bert_root, "JP", "cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_guard_catches_a_host_copy():
+    """The guard itself: a device-to-host copy of a float tensor is caught."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x = torch.ones(4, 1024, device="cuda")
+    with DeviceToHostGuard() as g:
+        x.cpu()
+    assert g.violations
+    with DeviceToHostGuard() as g:
+        x.to("cpu")
+    assert g.violations
+    with DeviceToHostGuard() as g:
+        torch.empty(4, 1024).copy_(x)
+    assert g.violations
+    with DeviceToHostGuard() as g:
+        (x * 2).sum().item()
+    assert g.violations
+
+
+@pytest.mark.cuda
+def test_cuda_features_never_leave_the_device(cuda_bert, jp_bert, monkeypatch):
+    """The BERT stage on CUDA through the engine, under a guard that fails on any device-to-host
+    copy of float data: features stay on the device and equal the CPU's."""
+    assert cuda_bert.key[3] == f"cuda:{torch.cuda.current_device()}" and cuda_bert is not jp_bert
+    ins = varied_inputs(8)
+    with DeviceToHostGuard() as g:  # the library call
+        feats = cuda_bert.run(ins)
+        torch.cuda.synchronize()
+    assert not g.violations, g.violations
+    assert all(f.is_cuda for f in feats)
+    cpu = jp_bert.run(ins)
+    d = max(max_diff(f, c) for f, c in zip(feats, cpu))
+    print(f"CUDA fp32 vs CPU fp32, batch of 8: max |diff| {d:.2e}; integer syncs: {g.int_syncs}")
+    assert d <= 1e-4
+    solo = [cuda_bert.run([x])[0] for x in ins]
+    d = max(max_diff(f, s) for f, s in zip(feats, solo))
+    print(f"CUDA batched vs solo: max |diff| {d:.2e}")
+    assert d <= 1e-4
+
+    batches, outputs = spy(cuda_bert, monkeypatch)
+    eng, voices, sinks = submit_two_voices(cuda_bert, cuda_bert.key[3])
+    with DeviceToHostGuard() as g:  # the engine's stage: BERT and the hand-over to the voices
+        assert eng.step() is not None
+        torch.cuda.synchronize()
+    assert not g.violations, g.violations
+    assert len(batches) == 1 and len(batches[0]) == 5 and all(o.is_cuda for o in outputs)
+    drain(eng)  # the voices' own runs (their 'audio' goes to the host: not the BERT stage)
+    assert all(s.done.is_set() and s.error is None for s in sinks.values())
+    assert {id(x) for v in voices.values() for x in v.seen} == {id(x) for x in outputs}
+
+
+# Parity bounds of half-precision BERT vs fp32 (max |diff| of the features, whose magnitude is up
+# to ~4.2, mean |x| ~0.8, on the tiny DeBERTa). Not yet measured on CUDA (no GPU was lent to the
+# task that wrote this); the same batch on CPU measured fp16 6.6e-3, bf16 6.1e-2. The bounds
+# leave about 3x that; a CUDA run prints the measured values to be recorded here.
+HALF_BOUNDS = {torch.float16: 2e-2, torch.bfloat16: 2e-1}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_cuda_half_precision_parity(bert_root, cuda_bert, dtype):
+    folder = bert_root / fx.JP_BERT
+    half = SbvBert(folder, "JP", "cuda", dtype)  # its own instance: the shared one is fp32
+    ins = varied_inputs(8)
+    ref = cuda_bert.run(ins)
+    with DeviceToHostGuard() as g:
+        got = half.run(ins)
+        torch.cuda.synchronize()
+    assert not g.violations, g.violations
+    # output_dtype: what the synthesizer takes
+    assert all(f.is_cuda and f.dtype == torch.float32 for f in got)
+    d = max(max_diff(f, r) for f, r in zip(got, ref))
+    solo = max(max_diff(half.run([x])[0], f) for x, f in zip(ins, got))
+    print(f"CUDA {dtype} vs fp32: max |diff| {d:.2e} (bound {HALF_BOUNDS[dtype]:.0e}); "
+          f"batched vs solo {solo:.2e}")
+    assert d <= HALF_BOUNDS[dtype]
