@@ -32,18 +32,36 @@ from voxserve.voice import Unit, Voice  # noqa: E402
 FP32_BOUND = 1e-5  # batched vs solo, fp32 (measured 6.0e-6 on CPU for 8 sentences of 6-21 chars)
 
 
-def write_bert_root(root: Path) -> Path:
-    """BERT_ROOT with the JP BERT folder as SBV2 names it: config, weights, tokenizer files."""
-    name = fx.JP_BERT
+ZH_BERT = "chinese-roberta-wwm-ext-large"
+
+
+def build_bert(name: str):
+    """A fixture BERT from its recorded config and seed (DeBERTa-v2 for JP/EN, BERT for ZH)."""
+    import transformers
+
+    if name != ZH_BERT:
+        return fx.bert_model(name)
     b = fx.meta()["bert"][name]
-    d = root / name
-    d.mkdir(parents=True, exist_ok=True)
-    fx.bert_model(name).save_pretrained(d)
-    for f, v in b["tokenizer_files"].items():
-        if "text" in v:
-            (d / f).write_text(v["text"], encoding="utf-8")
-        else:
-            (d / f).write_bytes(base64.b64decode(v["base64"]))
+    model = getattr(transformers, b["class"])(transformers.BertConfig(**b["config"])).eval()
+    tensors = fx.weights_module().make_state_dict(b["seed"], b["parameters"])
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(torch.from_numpy(tensors[k]))
+    return model
+
+
+def write_bert_root(root: Path, names=(fx.JP_BERT, fx.EN_BERT, ZH_BERT)) -> Path:
+    """BERT_ROOT with the fixture BERTs' folders as SBV2 names them: config, weights, tokenizer."""
+    for name in names:
+        b = fx.meta()["bert"][name]
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        build_bert(name).save_pretrained(d)
+        for f, v in b["tokenizer_files"].items():
+            if "text" in v:
+                (d / f).write_text(v["text"], encoding="utf-8")
+            else:
+                (d / f).write_bytes(base64.b64decode(v["base64"]))
     return root
 
 
@@ -115,6 +133,49 @@ def test_features_equal_the_recorded_reference(jp_bert):
         assert d_solo <= 1e-5 and d_batch <= FP32_BOUND
 
 
+def sbv2_features(model, tokenizer, text: str, w2p: list[int]) -> np.ndarray:
+    """SBV2's get_bert_feature, one sentence, written out: tokenise, hidden_states[-3][0],
+    repeat each token's vector word2ph[i] times, transpose."""
+    enc = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        res = model(**enc, output_hidden_states=True)
+    res = torch.cat(res["hidden_states"][-3:-2], -1)[0]
+    assert len(w2p) == res.shape[0]
+    return torch.cat([res[i].repeat(w2p[i], 1) for i in range(len(w2p))], dim=0).T.numpy()
+
+
+def test_zh_bert_batched_equals_sbv2s_recipe(bert_root):
+    """ZH (RoBERTa-wwm, BertForMaskedLM): the recorded ZH sentences, batched, equal SBV2's
+    per-sentence recipe run on the model as SBV2 loads it (AutoModelForMaskedLM)."""
+    import transformers
+
+    zh = shared_bert(bert_root, "ZH")
+    folder = bert_root / ZH_BERT
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(folder)).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ins = [(d["norm_text"], fx.word2ph_blank(d["text"], "ZH")) for d in fx.frontend()["zh"]]
+    assert len({len(t) for t, _ in ins}) == len(ins) >= 2  # different lengths: padding in the batch
+    got = zh.run(ins)
+    diffs = [max_diff(f, sbv2_features(model, tok, t, w)) for f, (t, w) in zip(got, ins)]
+    print(f"ZH batch of {len(ins)} vs SBV2's recipe: max |diff| {max(diffs):.2e}")
+    assert max(diffs) <= FP32_BOUND
+
+
+def test_en_bert_equals_the_fixture_tokens_and_features(bert_root):
+    """EN (DeBERTa-v3, DebertaV2Model + DebertaV2Tokenizer, which needs sentencepiece): the tokens
+    are the recorded ones and the batched features equal the tiny model's on those tokens."""
+    pytest.importorskip("sentencepiece")
+    en = shared_bert(bert_root, "EN")
+    entries = fx.frontend()["en"][:6]
+    ins = [(d["norm_text"], fx.word2ph_blank(d["text"], "EN")) for d in entries]
+    for d in entries:
+        assert en.tokenize([d["norm_text"]])[0]["input_ids"][0].tolist() == fx.bert_input_ids(d["text"], "EN")
+    got = en.run(ins)
+    diffs = [max_diff(f, fx.phone_level_bert(d["text"], "EN")) for f, d in zip(got, entries)]
+    print(f"EN batch of {len(ins)} vs the tiny model per sentence: max |diff| {max(diffs):.2e}")
+    assert max(diffs) <= FP32_BOUND
+
+
 def test_word2ph_must_fit_the_token_count(jp_bert):
     text, w2p = jp_input(fx.frontend()["jp"][0])
     with pytest.raises(ValueError, match=r"word2ph has \d+ entries but the text .* has \d+ tokens"):
@@ -137,6 +198,10 @@ def test_max_batch_is_bounded(bert_root, jp_bert):
 def test_missing_folder_names_it(tmp_path):
     with pytest.raises(VoiceLoadError, match=fx.EN_BERT):
         shared_bert(tmp_path, "EN")
+    (tmp_path / ZH_BERT).mkdir()
+    (tmp_path / ZH_BERT / "config.json").write_text("{}")
+    with pytest.raises(VoiceLoadError, match="cannot load"):
+        shared_bert(tmp_path, "ZH")
     with pytest.raises(VoiceLoadError, match="unknown language"):
         shared_bert(tmp_path, "FR")
 
