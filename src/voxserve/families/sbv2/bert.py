@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ...errors import VoiceLoadError
+from ...runtime.device import resolve_device, resolve_dtype
 from ...voice import SharedComponent
 
 BERT_FOLDERS = {
@@ -39,8 +40,9 @@ DEFAULT_MAX_BATCH = 16
 
 
 def normalise_device(device: str | torch.device) -> torch.device:
-    """`cuda` -> `cuda:<current>`, so "cuda" and "cuda:0" name one device (one shared BERT)."""
-    d = torch.device(device)
+    """resolve_device's, with `cuda` -> `cuda:<current>`, so "cuda" and "cuda:0" name one device
+    (one shared BERT)."""
+    d = resolve_device(device)
     if d.type == "cuda" and d.index is None and torch.cuda.is_available():
         d = torch.device("cuda", torch.cuda.current_device())
     return d
@@ -86,20 +88,20 @@ class SbvBert(SharedComponent):
     [1024, sum(word2ph)] tensor per input, on the device, in `output_dtype`."""
 
     def __init__(self, folder: str | Path, language: str, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, *, max_batch: int = DEFAULT_MAX_BATCH,
+                 dtype: str | torch.dtype | None = torch.float32, *, max_batch: int = DEFAULT_MAX_BATCH,
                  output_dtype: torch.dtype = torch.float32):
         if not 1 <= int(max_batch) <= MAX_BATCH_LIMIT:
             raise ValueError(f"max_batch must be 1..{MAX_BATCH_LIMIT}, not {max_batch}")
-        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise ValueError(f"SBV2 BERT dtype must be float32, float16 or bfloat16, not {dtype}")
         self.language = language
         self.folder = Path(folder).resolve()
         self.device = normalise_device(device)
-        self.dtype = dtype
+        self.dtype = dtype = resolve_dtype(dtype, self.device)  # fp16: CUDA only
         self.output_dtype = output_dtype
         self.max_batch = int(max_batch)
         self.key = bert_key(language, self.folder, self.device)
         self.tokenizer, model = _load(self.folder, language)
+        self.tokenizer.padding_side = "right"  # run() takes each row's first n positions
+        self._tokenizer_lock = threading.Lock()  # library callers may share it across threads
         hidden = model.config.hidden_size
         if hidden != BERT_DIM:
             raise VoiceLoadError(f"SBV2 {language} BERT {self.folder}: hidden_size {hidden}, the "
@@ -109,7 +111,8 @@ class SbvBert(SharedComponent):
 
     def tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], list[int]]:
         """One padded batch (host tensors) and each text's token count, CLS/SEP included."""
-        enc = self.tokenizer(list(texts), padding=True, return_tensors="pt")
+        with self._tokenizer_lock:
+            enc = self.tokenizer(list(texts), padding=True, return_tensors="pt")
         lengths = enc["attention_mask"].sum(dim=1).tolist()  # host tensor: no device sync
         return dict(enc), [int(n) for n in lengths]
 
@@ -149,12 +152,13 @@ _shared_lock = threading.Lock()
 
 
 def shared_bert(bert_root: str | Path, language: str, device: str | torch.device = "cpu",
-                dtype: torch.dtype = torch.float32, **kw) -> SbvBert:
+                dtype: str | torch.dtype | None = torch.float32, **kw) -> SbvBert:
     """The process's SbvBert for (BERT folder, language, device): loaded on first use, the same
     instance afterwards (thread-safe), for as long as a voice holds it. A second request for the
     same BERT on the same device in another dtype raises (one instance per key and device)."""
     folder = bert_folder(bert_root, language)
     key = bert_key(language, folder, device)
+    dtype = resolve_dtype(dtype, normalise_device(device))
     with _shared_lock:
         bert = _shared.get(key)
         if bert is None:
