@@ -530,9 +530,10 @@ def test_cuda_features_never_leave_the_device(cuda_bert, jp_bert, monkeypatch):
 
 
 # Parity bounds of half-precision BERT vs fp32 (max |diff| of the features, whose magnitude is up
-# to ~4.2, mean |x| ~0.8, on the tiny DeBERTa). Not yet measured on CUDA (no GPU was lent to the
-# task that wrote this); the same batch on CPU measured fp16 6.6e-3 (fp16 is now refused on CPU), bf16 5.9e-2. The bounds
-# leave about 3x that; a CUDA run prints the measured values to be recorded here.
+# to ~4.2, mean |x| ~0.8, on the tiny DeBERTa). NOT YET MEASURED ON CUDA (no GPU was lent to the
+# task that wrote this); the same batch on CPU measured fp16 6.6e-3 (before fp16 was refused on
+# CPU) and bf16 5.9e-2. The bounds leave about 3x that; a CUDA run prints the measured values,
+# to be recorded here.
 HALF_BOUNDS = {torch.float16: 2e-2, torch.bfloat16: 2e-1}
 
 
