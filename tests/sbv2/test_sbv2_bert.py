@@ -176,6 +176,18 @@ def test_en_bert_equals_the_fixture_tokens_and_features(bert_root):
     assert max(diffs) <= FP32_BOUND
 
 
+def test_trimmed_encoder_gives_hidden_states_m3_exactly(bert_root, jp_bert):
+    """The shared BERT runs only the layers up to hidden_states[-3]'s (JP tiny: 1 of 3); the full
+    model's hidden_states[-3] is the same, bit for bit. (The EN and ZH tiny BERTs have 2 layers,
+    so their hidden_states[-3] is the embeddings' output: they run untrimmed, tested above.)"""
+    assert jp_bert.trimmed and len(jp_bert.model.encoder.layer) == 1
+    full = SbvBert(bert_root / fx.JP_BERT, "JP", trim_layers=False)
+    assert not full.trimmed and len(full.model.encoder.layer) == 3
+    ins = varied_inputs(8)
+    for a, b in zip(jp_bert.run(ins), full.run(ins)):
+        assert torch.equal(a, b)
+
+
 def test_word2ph_must_fit_the_token_count(jp_bert):
     text, w2p = jp_input(fx.frontend()["jp"][0])
     with pytest.raises(ValueError, match=r"word2ph has \d+ entries but the text .* has \d+ tokens"):

@@ -4,9 +4,10 @@ every SBV2 voice on that device, run by the engine as a stage batched across req
 What it computes is SBV2's (tests/fixtures/sbv2/README.md): the sentence's BERT text tokenised
 with CLS/SEP, `hidden_states[-3]` of the model, and token i's vector repeated word2ph[i] times,
 giving [1024, T_phones] for the synthesizer. Unlike SBV2, the sentences of a call are tokenised
-into ONE padded batch (attention mask) and run in one forward, and the expansion to phones runs
-on the device (`repeat_interleave` with its output size given, so no sync); the features are
-returned as device tensors: nothing is copied to the host.
+into ONE padded batch (attention mask) and run in one forward (the encoder trimmed after the
+layer whose output is hidden_states[-3]: the same numbers, two layers fewer), and the expansion
+to phones runs on the device (`repeat_interleave` with its output size given, so no sync); the
+features are returned as device tensors: nothing is copied to the host.
 
 BERT_ROOT is laid out like SBV2's `bert/` folder: one Hugging Face model folder per BERT, named as
 SBV2 names them (BERT_FOLDERS). Loaded as SBV2 loads them (JP and ZH with AutoModelForMaskedLM and
@@ -89,7 +90,7 @@ class SbvBert(SharedComponent):
 
     def __init__(self, folder: str | Path, language: str, device: str | torch.device = "cpu",
                  dtype: str | torch.dtype | None = torch.float32, *, max_batch: int = DEFAULT_MAX_BATCH,
-                 output_dtype: torch.dtype = torch.float32):
+                 output_dtype: torch.dtype = torch.float32, trim_layers: bool = True):
         if not 1 <= int(max_batch) <= MAX_BATCH_LIMIT:
             raise ValueError(f"max_batch must be 1..{MAX_BATCH_LIMIT}, not {max_batch}")
         self.language = language
@@ -106,7 +107,17 @@ class SbvBert(SharedComponent):
         if hidden != BERT_DIM:
             raise VoiceLoadError(f"SBV2 {language} BERT {self.folder}: hidden_size {hidden}, the "
                                  f"synthesizer's BERT projection needs {BERT_DIM}")
-        self.model = model.base_model.eval().to(device=self.device, dtype=dtype)
+        base = model.base_model
+        # hidden_states[-3] is the output of encoder layer n-2 (hidden_states[0] is the embeddings,
+        # and neither DeBERTa-v2 nor BERT has anything between its layers and its output): so the
+        # last two layers never need to run, nor be kept, and no other layer's states are stored.
+        layers = getattr(getattr(base, "encoder", None), "layer", None)
+        keep = len(layers) + 1 + HIDDEN_LAYER if isinstance(layers, torch.nn.ModuleList) else 0
+        self.trimmed = bool(trim_layers and keep >= 1)
+        if self.trimmed:
+            base.encoder.layer = layers[:keep]
+            base.config.num_hidden_layers = keep
+        self.model = base.eval().to(device=self.device, dtype=dtype)
         self.model.requires_grad_(False)
 
     def tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], list[int]]:
@@ -133,8 +144,10 @@ class SbvBert(SharedComponent):
                 raise ValueError(f"SBV2 {self.language} BERT: negative word2ph entry for {text!r}")
         batch = {k: v.to(self.device, non_blocking=True) for k, v in enc.items()}
         with torch.no_grad():
-            out = self.model(**batch, output_hidden_states=True)
-            hidden = out.hidden_states[HIDDEN_LAYER]  # [B, L, 1024] on the device
+            if self.trimmed:  # [B, L, 1024] on the device
+                hidden = self.model(**batch).last_hidden_state
+            else:
+                hidden = self.model(**batch, output_hidden_states=True).hidden_states[HIDDEN_LAYER]
             if hidden.dtype != self.output_dtype:
                 hidden = hidden.to(self.output_dtype)
             feats = []
