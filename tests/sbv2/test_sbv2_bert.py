@@ -430,47 +430,53 @@ def test_library_path_runs_one_bert_call(jp_bert, monkeypatch):
 # --------------------------------------------------------------------------- CUDA
 
 
+class DeviceToHostCopy(AssertionError):
+    pass
+
+
 class DeviceToHostGuard:
-    """Fails on any device-to-host copy of a floating-point tensor (features, hidden states)
-    while active: `.cpu()`, `.to("cpu")`, `.numpy()` (needs one of those), `.item()`,
-    `.tolist()`, `cpu_tensor.copy_(cuda_tensor)`. Integer syncs are recorded, not failed."""
+    """Fails on any device-to-host copy of floating-point data (features, hidden states) made
+    while active, in this thread: `.cpu()`, `.to("cpu")` (and `.numpy()`, which needs one of
+    them), `.item()`, `host_tensor.copy_(device_tensor)`. It raises at the op (a
+    traceback to the culprit) and records it in `violations` (a caller that catches exceptions,
+    like the engine's stage, cannot hide it). Integer syncs are recorded in `int_syncs`, not
+    failed. `device_type`: what counts as the device ("cpu" only to test the guard itself)."""
+
+    def __init__(self, device_type: str = "cuda"):
+        self.device_type = device_type
+        self.violations: list[str] = []
+        self.int_syncs: list[str] = []
 
     def __enter__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
 
         guard = self
-        self.violations: list[str] = []
-        self.int_syncs: list[str] = []
 
-        def tensors(x):
-            if isinstance(x, torch.Tensor):
-                yield x
-            elif isinstance(x, (list, tuple)):
-                for y in x:
-                    yield from tensors(y)
-            elif isinstance(x, dict):
-                for y in x.values():
-                    yield from tensors(y)
+        def on_device(x) -> bool:
+            return isinstance(x, torch.Tensor) and x.device.type == guard.device_type
+
+        def on_host(x) -> bool:
+            return isinstance(x, torch.Tensor) and x.device.type == "cpu"
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                ins = [t for t in tensors((args, kwargs)) if t.device.type != "cpu"]
+                name = func.overloadpacket.__name__
+                src = None
+                if name == "_local_scalar_dense" and on_device(args[0]):  # .item()
+                    src = args[0]
+                elif name == "copy_" and on_host(args[0]) and on_device(args[1]):
+                    src = args[1]
                 out = func(*args, **kwargs)
-                name = str(func)
-                to_host = False
-                if ins:
-                    if "_local_scalar_dense" in name:
-                        to_host = True
-                    elif ("copy_" in name and isinstance(args[0], torch.Tensor)
-                          and args[0].device.type == "cpu"):
-                        to_host = True
-                    elif any(t.device.type == "cpu" for t in tensors(out)) and "_to_copy" in name:
-                        to_host = True
-                if to_host:
-                    src = ins[0]
-                    what = f"{name} of {tuple(src.shape)} {src.dtype}"
-                    (guard.violations if src.is_floating_point() else guard.int_syncs).append(what)
+                if name == "_to_copy" and on_device(args[0]) and on_host(out):  # .cpu(), .to("cpu")
+                    src = args[0]
+                if src is not None:
+                    what = f"{func} of {tuple(src.shape)} {src.dtype}"
+                    if not src.is_floating_point():
+                        guard.int_syncs.append(what)
+                    else:
+                        guard.violations.append(what)
+                        raise DeviceToHostCopy(f"device-to-host copy: {what}")
                 return out
 
         self.mode = Mode()
@@ -482,6 +488,25 @@ class DeviceToHostGuard:
         return False
 
 
+def test_device_to_host_guard_catches_copies():
+    """The guard's detection, with the CPU standing in for the device (no GPU needed)."""
+    x = torch.ones(4, 1024)
+    copies = {"to": lambda: x.to("cpu", copy=True), "copy_": lambda: torch.empty(4, 1024).copy_(x),
+              "item": lambda: (x * 2).sum().item()}  # (CPU .tolist() reads memory: no op to see)
+    for what, f in copies.items():
+        with DeviceToHostGuard("cpu") as g:
+            with pytest.raises(DeviceToHostCopy):
+                f()
+        assert len(g.violations) >= 1, what
+    with DeviceToHostGuard("cpu") as g:
+        torch.ones(3, dtype=torch.long).sum().item()
+        y = x * 2 + 1  # device-side work is fine
+    assert not g.violations and g.int_syncs and y.shape == x.shape
+    with DeviceToHostGuard("cuda") as g:  # a CPU-only forward: nothing leaves a (CUDA) device
+        pass
+    assert not g.violations
+
+
 @pytest.fixture(scope="module")
 def cuda_bert(bert_root):
     if not torch.cuda.is_available():
@@ -491,22 +516,21 @@ def cuda_bert(bert_root):
 
 @pytest.mark.cuda
 def test_cuda_guard_catches_a_host_copy():
-    """The guard itself: a device-to-host copy of a float tensor is caught."""
+    """The guard itself on CUDA: each kind of device-to-host copy of a float tensor is caught."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     x = torch.ones(4, 1024, device="cuda")
+    copies = {"cpu": lambda: x.cpu(), "to": lambda: x.to("cpu"), "numpy": lambda: x.cpu().numpy(),
+              "copy_": lambda: torch.empty(4, 1024).copy_(x), "item": lambda: (x * 2).sum().item()}
+    for what, f in copies.items():
+        with DeviceToHostGuard() as g:
+            with pytest.raises(DeviceToHostCopy):
+                f()
+        assert g.violations, what
     with DeviceToHostGuard() as g:
-        x.cpu()
-    assert g.violations
-    with DeviceToHostGuard() as g:
-        x.to("cpu")
-    assert g.violations
-    with DeviceToHostGuard() as g:
-        torch.empty(4, 1024).copy_(x)
-    assert g.violations
-    with DeviceToHostGuard() as g:
-        (x * 2).sum().item()
-    assert g.violations
+        y = (x * 2).to(torch.float16)  # device-side work, a host-to-device copy: fine
+        z = torch.ones(3).to("cuda")
+    assert not g.violations and y.is_cuda and z.is_cuda
 
 
 @pytest.mark.cuda
