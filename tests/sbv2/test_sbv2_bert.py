@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gc
+import re
 import shutil
 import threading
 import time
@@ -23,7 +24,7 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 import sbv2_fixtures as fx  # noqa: E402
-from voxserve.errors import VoiceLoadError  # noqa: E402
+from voxserve.errors import InvalidInputError, VoiceLoadError  # noqa: E402
 from voxserve.families.sbv2 import bert as sb  # noqa: E402
 from voxserve.families.sbv2.bert import SbvBert, bert_key, shared_bert  # noqa: E402
 from voxserve.limits import DEFAULT_LIMITS  # noqa: E402
@@ -124,7 +125,7 @@ def test_features_equal_the_recorded_reference(jp_bert):
         ref = np.repeat(a[f"{variant}/0/bert_hidden_m3"], a[f"{variant}/0/word2ph_blank"], axis=0).T
         if f"{variant}/0/bert_phone_level" in a:
             np.testing.assert_array_equal(ref, a[f"{variant}/0/bert_phone_level"])
-        ids = jp_bert.tokenize([c["bert_text"]])[0]["input_ids"][0].tolist()
+        ids = jp_bert.tokenize([c["bert_text"]])[0]["input_ids"][0]
         assert ids == a[f"{variant}/0/bert_input_ids"].tolist()  # the same tokens as the reference's
         solo = jp_bert.run([(c["bert_text"], w2p)])[0]
         batched = jp_bert.run(others[:2] + [(c["bert_text"], w2p)] + others[2:])[2]
@@ -169,7 +170,7 @@ def test_en_bert_equals_the_fixture_tokens_and_features(bert_root):
     entries = fx.frontend()["en"][:6]
     ins = [(d["norm_text"], fx.word2ph_blank(d["text"], "EN")) for d in entries]
     for d in entries:
-        assert en.tokenize([d["norm_text"]])[0]["input_ids"][0].tolist() == fx.bert_input_ids(d["text"], "EN")
+        assert en.tokenize([d["norm_text"]])[0]["input_ids"][0] == fx.bert_input_ids(d["text"], "EN")
     got = en.run(ins)
     diffs = [max_diff(f, fx.phone_level_bert(d["text"], "EN")) for f, d in zip(got, entries)]
     print(f"EN batch of {len(ins)} vs the tiny model per sentence: max |diff| {max(diffs):.2e}")
@@ -188,12 +189,27 @@ def test_trimmed_encoder_gives_hidden_states_m3_exactly(bert_root, jp_bert):
         assert torch.equal(a, b)
 
 
-def test_word2ph_must_fit_the_token_count(jp_bert):
-    text, w2p = jp_input(fx.frontend()["jp"][0])
-    with pytest.raises(ValueError, match=r"word2ph has \d+ entries but the text .* has \d+ tokens"):
-        jp_bert.run([(text, w2p), (text, w2p[:-1])])
-    with pytest.raises(ValueError, match="negative"):
-        jp_bert.run([(text, [-1] + w2p[1:])])
+def test_an_input_that_cannot_run_is_its_own_error(jp_bert, bert_root):
+    """A word2ph that does not fit the tokens (or a negative entry, or too many tokens for a
+    model with absolute positions) is that input's output, as an error; its batch mates run."""
+    ins = varied_inputs(4)
+    text, w2p = ins[1]
+    bad = [(text, w2p[:-1]), (text, [-1] + w2p[1:])]
+    got = jp_bert.run([ins[0], bad[0], ins[2], bad[1], ins[3]])
+    assert isinstance(got[1], ValueError) and re.search(
+        r"word2ph has \d+ entries but the text .* has \d+ tokens", str(got[1]))
+    assert isinstance(got[3], ValueError) and "negative" in str(got[3])
+    for k, i in ((0, 0), (2, 2), (4, 3)):
+        assert max_diff(got[k], jp_bert.run([ins[i]])[0]) <= FP32_BOUND
+    assert jp_bert.max_tokens is None  # DeBERTa-v2: relative positions only
+    zh = shared_bert(bert_root, "ZH")
+    assert zh.max_tokens == 512  # BERT: absolute position embeddings
+    long = "你好" * 300
+    ok = (fx.frontend()["zh"][0]["norm_text"], fx.word2ph_blank(fx.frontend()["zh"][0]["text"], "ZH"))
+    got = zh.run([(long, [1] * 602), ok])
+    assert isinstance(got[0], InvalidInputError) and "at most 512" in str(got[0])
+    assert isinstance(got[1], torch.Tensor) and got[1].shape == (1024, sum(ok[1]))
+    assert isinstance(jp_bert.run([bad[0]])[0], ValueError)
 
 
 def test_max_batch_is_bounded(bert_root, jp_bert):
@@ -310,10 +326,19 @@ class BertVoice(Voice):
     def units(self, text, options=None):
         entries = {d["text"]: d for d in fx.frontend()["jp"]}
         parts = [p for p in text.split("|") if p]
+
+        def bert_input(p):  # "BAD:" + a sentence: a word2ph one entry short (a front-end bug)
+            if p.startswith("BAD:"):
+                t, w = jp_input(entries[p[4:]])
+                return t, w[:-1]
+            return jp_input(entries[p])
+
         return iter([Unit(i, p, len(p), (p, self.gain), component=self.bert.key,
-                          component_input=jp_input(entries[p])) for i, p in enumerate(parts)])
+                          component_input=bert_input(p)) for i, p in enumerate(parts)])
 
     def with_component_output(self, unit, output):
+        if isinstance(output, Exception):  # this sentence's BERT input could not run
+            raise output
         return replace(unit, component=None, component_input=None, payload=(unit.payload, output))
 
     @staticmethod
@@ -415,6 +440,26 @@ def test_engine_stage_batches_both_voices_and_hands_over_the_same_tensors(jp_ber
     print(f"engine stage batch of 5 vs solo: max |diff| {max(diffs):.2e}")
     # the voices received the very tensors the component produced: no copy on the way
     assert {id(x) for x in voices["a"].seen + voices["b"].seen} == {id(x) for x in outputs[:5]}
+
+
+def test_engine_a_bad_input_fails_its_request_only(jp_bert, monkeypatch):
+    """A sentence whose BERT input cannot run, in the same stage batch as another voice's
+    sentences: its request fails, the other voice's request completes."""
+    from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+
+    batches, _ = spy(jp_bert, monkeypatch)
+    jp = fx.frontend()["jp"]
+    va, vb = BertVoice("a", jp_bert, 1.0), BertVoice("b", jp_bert, -2.0)
+    eng = Engine({"a": va, "b": vb}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0),
+                                                  max_queue_wait_s=3600)).start(threads=False)
+    good, bad = Sink(), Sink()
+    eng.submit("a", "|".join(jp[i]["text"] for i in (0, 7)), None, good)
+    eng.submit("b", jp[3]["text"] + "|BAD:" + jp[30]["text"], None, bad)
+    wait_staged(eng, 4)
+    drain(eng)
+    assert len(batches) == 1 and len(batches[0]) == 4  # one stage batch, both voices
+    assert good.done.is_set() and good.error is None and sorted(good.audio) == [0, 1]
+    assert isinstance(bad.error, ValueError) and "word2ph" in str(bad.error)
 
 
 def test_library_path_runs_one_bert_call(jp_bert, monkeypatch):

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ...errors import VoiceLoadError
+from ...errors import InvalidInputError, VoiceLoadError
 from ...runtime.device import resolve_device, resolve_dtype
 from ...voice import SharedComponent
 
@@ -86,7 +86,11 @@ class SbvBert(SharedComponent):
 
     `run(inputs)`: each input is `(bert_text, word2ph)` for one sentence (word2ph: phones per
     token, CLS and SEP included, so len(word2ph) is the sentence's token count); returns one
-    [1024, sum(word2ph)] tensor per input, on the device, in `output_dtype`."""
+    [1024, sum(word2ph)] tensor per input, on the device, in `output_dtype`. An input that cannot
+    run does not fail its batch mates (other requests, other voices): its output is the error
+    instead (ValueError: a word2ph that does not fit the token count; InvalidInputError: more
+    tokens than a model with absolute positions takes), which the voice's
+    `with_component_output` raises, failing that request only."""
 
     def __init__(self, folder: str | Path, language: str, device: str | torch.device = "cpu",
                  dtype: str | torch.dtype | None = torch.float32, *, max_batch: int = DEFAULT_MAX_BATCH,
@@ -107,6 +111,9 @@ class SbvBert(SharedComponent):
         if hidden != BERT_DIM:
             raise VoiceLoadError(f"SBV2 {language} BERT {self.folder}: hidden_size {hidden}, the "
                                  f"synthesizer's BERT projection needs {BERT_DIM}")
+        # absolute position embeddings (BERT) bound the tokens; DeBERTa's relative ones do not
+        absolute = getattr(model.config, "position_biased_input", True)
+        self.max_tokens = int(model.config.max_position_embeddings) if absolute else None
         base = model.base_model
         # hidden_states[-3] is the output of encoder layer n-2 (hidden_states[0] is the embeddings,
         # and neither DeBERTa-v2 nor BERT has anything between its layers and its output): so the
@@ -120,29 +127,43 @@ class SbvBert(SharedComponent):
         self.model = base.eval().to(device=self.device, dtype=dtype)
         self.model.requires_grad_(False)
 
-    def tokenize(self, texts: Sequence[str]) -> tuple[dict[str, torch.Tensor], list[int]]:
-        """One padded batch (host tensors) and each text's token count, CLS/SEP included."""
+    def tokenize(self, texts: Sequence[str]) -> tuple[dict[str, list[list[int]]], list[int]]:
+        """Each text's token ids (CLS/SEP included), unpadded, and their counts (host only)."""
         with self._tokenizer_lock:
-            enc = self.tokenizer(list(texts), padding=True, return_tensors="pt")
-        lengths = enc["attention_mask"].sum(dim=1).tolist()  # host tensor: no device sync
-        return dict(enc), [int(n) for n in lengths]
+            enc = self.tokenizer(list(texts))
+        return dict(enc), [len(ids) for ids in enc["input_ids"]]
 
-    def run(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
-        if not inputs:
-            return []
+    def pad(self, enc: dict[str, list[list[int]]], rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Rows of `tokenize`'s output as one right-padded batch with its attention mask (host)."""
+        with self._tokenizer_lock:
+            return dict(self.tokenizer.pad({k: [v[r] for r in rows] for k, v in enc.items()},
+                                           padding=True, return_tensors="pt"))
+
+    def check(self, text: str, w2p: Sequence[int], n_tokens: int) -> Exception | None:
+        """Why an input cannot run (None: it can)."""
+        if len(w2p) != n_tokens:
+            return ValueError(f"SBV2 {self.language} BERT: word2ph has {len(w2p)} entries but the "
+                              f"text {text!r} has {n_tokens} tokens (CLS and SEP included)")
+        if any(x < 0 for x in w2p):
+            return ValueError(f"SBV2 {self.language} BERT: negative word2ph entry for {text!r}")
+        if self.max_tokens is not None and n_tokens > self.max_tokens:
+            return InvalidInputError(f"SBV2 {self.language} BERT: a sentence of {n_tokens} tokens; "
+                                     f"its BERT takes at most {self.max_tokens}: {text[:40]!r}...")
+        return None
+
+    def run(self, inputs: Sequence[Any]) -> list[torch.Tensor | Exception]:
         if len(inputs) > self.max_batch:
             raise ValueError(f"SBV2 BERT: {len(inputs)} inputs in one call, max_batch is {self.max_batch}")
         texts = [str(t) for t, _ in inputs]
         w2ps = [[int(n) for n in w] for _, w in inputs]
-        enc, lengths = self.tokenize(texts)
-        for k, (text, w2p, n) in enumerate(zip(texts, w2ps, lengths)):
-            if len(w2p) != n:
-                raise ValueError(f"SBV2 {self.language} BERT: word2ph has {len(w2p)} entries but the "
-                                 f"text {text!r} has {n} tokens (CLS and SEP included); input {k} "
-                                 f"of {len(inputs)}")
-            if any(x < 0 for x in w2p):
-                raise ValueError(f"SBV2 {self.language} BERT: negative word2ph entry for {text!r}")
-        batch = {k: v.to(self.device, non_blocking=True) for k, v in enc.items()}
+        enc, lengths = self.tokenize(texts) if texts else ({}, [])
+        out: list[torch.Tensor | Exception | None] = [
+            self.check(t, w, n) for t, w, n in zip(texts, w2ps, lengths)]
+        ok = [k for k, e in enumerate(out) if e is None]
+        if not ok:
+            return out
+        # the good ones in one batch, padded to their longest
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in self.pad(enc, ok).items()}
         with torch.no_grad():
             if self.trimmed:  # [B, L, 1024] on the device
                 hidden = self.model(**batch).last_hidden_state
@@ -150,13 +171,13 @@ class SbvBert(SharedComponent):
                 hidden = self.model(**batch, output_hidden_states=True).hidden_states[HIDDEN_LAYER]
             if hidden.dtype != self.output_dtype:
                 hidden = hidden.to(self.output_dtype)
-            feats = []
-            for k, (w2p, n) in enumerate(zip(w2ps, lengths)):
+            for row, k in enumerate(ok):
+                w2p, n = w2ps[k], lengths[k]
                 reps = torch.tensor(w2p, dtype=torch.long).to(self.device, non_blocking=True)
                 # output_size given: CUDA needs no sync to size the result
-                x = torch.repeat_interleave(hidden[k, :n], reps, dim=0, output_size=sum(w2p))
-                feats.append(x.T)  # [1024, T_phones]
-        return feats
+                x = torch.repeat_interleave(hidden[row, :n], reps, dim=0, output_size=sum(w2p))
+                out[k] = x.T  # [1024, T_phones]
+        return out
 
 
 # ------------------------------------------------------------------ one per device, per process
