@@ -2,9 +2,10 @@
 batch per call, hidden_states[-3] expanded to phones on the device, features never copied to the
 host; run by the real engine as a stage that mixes the sentences of several requests and voices.
 
-The BERT is the fixtures' tiny DeBERTa-v2 (hidden 1024, 3 layers) rebuilt from seeds and saved
-into a BERT_ROOT laid out like SBV2's, with the recorded JP tokenizer files, so it loads through
-the same transformers path as a user's `bert/` folder."""
+The BERTs are the fixtures' tiny ones (JP DeBERTa-v2, hidden 1024, 3 layers; EN DeBERTa-v3 and
+ZH RoBERTa, 2 layers) rebuilt from seeds and saved into a BERT_ROOT laid out like SBV2's, with
+the recorded tokenizer files, so they load through the same transformers path as a user's
+`bert/` folder."""
 
 from __future__ import annotations
 
