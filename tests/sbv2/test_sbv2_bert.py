@@ -486,6 +486,29 @@ def test_engine_a_bad_input_fails_its_request_only(jp_bert, monkeypatch):
     assert isinstance(bad.error, ValueError) and "word2ph" in str(bad.error)
 
 
+def test_engine_worker_thread_runs_the_bert_stage(jp_bert, monkeypatch):
+    """The engine's own worker thread (not step() by hand): 4 requests over two voices, each
+    sentence's features its own."""
+    from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+
+    batches, _ = spy(jp_bert, monkeypatch)
+    jp = fx.frontend()["jp"]
+    va, vb = BertVoice("a", jp_bert, 1.0), BertVoice("b", jp_bert, -2.0)
+    texts = [[0, 7], [3], [20, 30, 5], [11]]
+    sinks = [Sink() for _ in texts]
+    with Engine({"a": va, "b": vb}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))) as eng:
+        for k, (idx, s) in enumerate(zip(texts, sinks)):
+            eng.submit("ab"[k % 2], "|".join(jp[i]["text"] for i in idx), None, s)
+        for s in sinks:
+            assert s.done.wait(60) and s.error is None
+    assert sum(len(b) for b in batches) == 7
+    for k, (idx, s) in enumerate(zip(texts, sinks)):
+        gain = (1.0, -2.0)[k % 2]
+        for j, i in enumerate(idx):
+            want = BertVoice.audio_for(jp_bert.run([jp_input(jp[i])])[0], gain)
+            np.testing.assert_allclose(s.audio[j], want, atol=1e-5)
+
+
 def test_library_path_runs_one_bert_call(jp_bert, monkeypatch):
     batches, _ = spy(jp_bert, monkeypatch)
     jp = fx.frontend()["jp"]
