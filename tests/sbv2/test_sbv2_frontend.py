@@ -9,6 +9,7 @@ folder and loaded with transformers as a user's BERT_ROOT would be.
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,6 +25,8 @@ from voxserve.families.sbv2.text import english, japanese, symbols  # noqa: E402
 
 JP = fx.frontend()["jp"]
 EN = fx.frontend()["en"]
+# more reference outputs, same tokenizers: tests/fixtures/sbv2/make_frontend_extra.py
+EXTRA = json.loads((fx.FIX / "frontend_extra.json").read_text(encoding="utf-8"))
 
 
 def _write_tokenizer(name: str, root) -> str:
@@ -92,6 +95,21 @@ def test_en_equals_reference(i, en_tokenizer):
     assert word2ph == d["word2ph"]
     ids = T.to_model_inputs(phones, tones, word2ph, "EN", add_blank=False)
     assert (ids.phone_ids, ids.tone_ids, ids.language_ids) == (d["phone_ids"], d["tone_ids"], d["language_ids"])
+
+
+@pytest.mark.parametrize("language", ["JP", "EN"])
+def test_more_sentences_equal_reference(language, jp_tokenizer, en_tokenizer):
+    """113 JP / 69 EN sentences of other kinds (half-width kana, Greek, unreadable characters,
+    dates, phone numbers, currencies, loanword kana; money, ordinals, years, contractions)."""
+    tok = jp_tokenizer if language == "JP" else en_tokenizer
+    entries = EXTRA[language.lower()]
+    assert len(entries) >= 60 and not [d for d in entries if "error" in d]
+    bad = []
+    for d in entries:
+        got = T.clean_text(d["text"], language, tok)
+        if got != (d["norm_text"], d["phones"], d["tones"], d["word2ph"]):
+            bad.append(d["text"])
+    assert not bad, bad
 
 
 def test_en_fixture_covers_the_neural_fallback():
