@@ -99,8 +99,9 @@ def test_en_equals_reference(i, en_tokenizer):
 
 @pytest.mark.parametrize("language", ["JP", "EN"])
 def test_more_sentences_equal_reference(language, jp_tokenizer, en_tokenizer):
-    """113 JP / 69 EN sentences of other kinds (half-width kana, Greek, unreadable characters,
-    dates, phone numbers, currencies, loanword kana; money, ordinals, years, contractions)."""
+    """131 JP / 81 EN sentences of other kinds (empty and punctuation-only text, half-width
+    kana, Greek, unreadable characters, dates, phone numbers, currencies, loanword kana;
+    money, ordinals, years, contractions)."""
     tok = jp_tokenizer if language == "JP" else en_tokenizer
     entries = EXTRA[language.lower()]
     assert len(entries) >= 60 and not [d for d in entries if "error" in d]
