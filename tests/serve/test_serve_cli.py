@@ -28,20 +28,15 @@ def test_flag_beats_environment_beats_default():
     assert s.scheduler_config().max_starve_ms == 900.0
     s = settings_from(parse("--max-batch-phonemes", "512", "--dtype", "fp32"), environ=env)
     assert (s.max_batch_phonemes, s.max_starve_ms, s.dtype) == (512, 900.0, "fp32")
-    assert settings_from(parse(), environ={"VOXSERVE_LANES": "1"}).lanes == 1
     assert settings_from(parse(), environ={"VOXSERVE_THREADS": "3"}).threads == 3  # an int, not "3"
-    assert settings_from(parse("--lanes", "2"), environ={"VOXSERVE_LANES": "1"}).lanes == 2
 
 
-def test_engine_settings_and_urgent_lanes_switch():
+def test_engine_settings_and_the_executor_choice():
     assert settings_from(parse(), environ={}).engine_config() == EngineConfig()
-    c = settings_from(parse("--urgent-max-cost", "0"), environ={"VOXSERVE_LANE_NICE": "5"}).engine_config()
-    assert (c.urgent_lanes, c.lane_nice) == (False, 5)
-    c = settings_from(parse(), environ={"VOXSERVE_URGENT_MAX_COST": "90"}).engine_config()
-    assert (c.urgent_lanes, c.scheduler.urgent_max_cost) == (True, 90)
-    with pytest.raises(ValueError, match="lane_nice"):
-        settings_from(parse("--lane-nice", "25"), environ={}).engine_config()
-    for removed in ("--urgent-order", "--spill", "--lone-team-max-cost", "--aging-per-s", "--lane-batch-size"):
+    assert settings_from(parse("--executor", "serial"), environ={}).engine_config().executor == "serial"
+    assert settings_from(parse(), environ={"VOXSERVE_EXECUTOR": "lanes"}).engine_config().executor == "lanes"
+    for removed in ("--urgent-order", "--spill", "--lone-team-max-cost", "--aging-per-s", "--lane-batch-size",
+                    "--lanes", "--urgent-max-cost", "--lane-nice"):
         with pytest.raises(SystemExit):  # measured and not kept: no longer settings
             parse(removed, "1")
 

@@ -28,6 +28,12 @@ urgent batch on a thread at the process's own priority then takes a core from th
 ones at once. Measured on a 2-core Zen 3 VM with two threads synthesising at nice +10: a
 third thread at nice 0 synthesised a short sentence in 0.30 s (0.27 s on an idle machine,
 0.60 s at equal priority), and the three together made as much audio per second as the two.
+
+Busy machines. An OpenMP team of n threads stalls at every barrier when fewer than n cores are
+free: a thread descheduled for another process holds the whole team for its time slice, each
+of a sentence's ~1,000 regions. `fitted_team(n)` is the team a batch should use now: n when no
+other process keeps a core busy, fewer when other processes' (not niced) CPU time over the last
+fraction of a second leaves fewer cores free; `cpu_team` applies it to one batch.
 """
 
 from __future__ import annotations
@@ -107,6 +113,111 @@ def set_thread_team(n: int) -> bool:
         return False
     _set_team(max(1, int(n)))
     return True
+
+
+_get_team = None
+
+
+def thread_team() -> int | None:
+    """The calling thread's OpenMP team size (omp_get_max_threads), or None without one."""
+    global _get_team
+    if _get_team is None:
+        _get_team = False
+        for path in _omp_libs():
+            try:
+                fn = ctypes.CDLL(path).omp_get_max_threads
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_int
+            _get_team = fn
+            break
+    return int(_get_team()) if _get_team else None
+
+
+class OtherLoad:
+    """Cores that other processes keep busy, from /proc/stat and /proc/self/stat deltas over
+    the time since the previous reading (at most every `every_s`). Niced processes' time is not
+    counted: they yield the cores to us. Linux only; elsewhere always 0."""
+
+    def __init__(self, every_s: float = 0.25):
+        self.every_s = every_s
+        self._last: tuple[float, float, float] | None = None  # (time, busy ticks all, our ticks)
+        self.cores = 0.0
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        import threading
+
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _read() -> tuple[float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                v = [float(x) for x in f.readline().split()[1:9]]
+            with open("/proc/self/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError, IndexError):
+            return None
+        user, _nice, system, _idle, _iowait, irq, softirq, steal = v
+        return user + system + irq + softirq + steal, float(fields[11]) + float(fields[12])
+
+    def other_cores(self) -> float:
+        import time
+
+        with self._lock:
+            now = time.monotonic()
+            if self._last is not None and now - self._last[0] < self.every_s:
+                return self.cores
+            r = self._read()
+            if r is None:
+                return 0.0
+            if self._last is not None:
+                dt = (now - self._last[0]) * self._tick
+                self.cores = max(0.0, (r[0] - self._last[1]) - (r[1] - self._last[2])) / dt
+            self._last = (now, r[0], r[1])
+            return self.cores
+
+
+_other = OtherLoad()
+
+
+_HOLD_S = 5.0  # a team size is kept this long: each switch costs cold per-team-size kernels
+_decided: dict[int, tuple[float, int]] = {}
+
+
+def fitted_team(n: int) -> int:
+    """A team of at most n threads that fits the cores other processes left free over the last
+    seconds (re-decided at most every few seconds)."""
+    if n <= 1:
+        return max(1, n)
+    import time
+
+    now = time.monotonic()
+    d = _decided.get(n)
+    if d is not None and now - d[0] < _HOLD_S:
+        _other.other_cores()  # keep the window short
+        return d[1]
+    free = (os.cpu_count() or n) - _other.other_cores()
+    team = max(1, min(n, int(free + 0.5)))  # (half a core busy elsewhere already stalls a team)
+    _decided[n] = (now, team)
+    return team
+
+
+class cpu_team:
+    """with cpu_team(): the calling thread's OpenMP team fitted to the free cores for one batch
+    (see the module doc), restored after."""
+
+    def __enter__(self):
+        self.before = thread_team() if thread_teams() else None
+        if self.before is not None:
+            want = fitted_team(self.before)
+            if want != self.before:
+                set_thread_team(want)
+        return self
+
+    def __exit__(self, *exc):
+        if self.before is not None:
+            set_thread_team(self.before)
+        return False
 
 
 def release_openmp_threads() -> bool:

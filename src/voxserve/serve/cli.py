@@ -64,24 +64,16 @@ class ServeSettings:
     """CPU intra-op threads for the model (None: PyTorch's default)."""
     executor: str = _ENG.executor
     """How a CPU runs its batches: auto, lanes or serial (EngineConfig.executor)."""
-    lanes: int | None = None
-    """Batches a CPU runs at once, sharing its threads (None: EngineConfig's choice)."""
-    urgent_max_cost: int = _SCHED.urgent_max_cost
-    """With several lanes: requests whose client waits for at most this many phoneme ids run on
-    urgent lanes, at a higher OS priority than the rest (0: no urgent lanes)."""
-    lane_nice: int = _ENG.lane_nice
     max_queue_wait: float = _ENG.max_queue_wait_s
     """Seconds of work queued ahead of a new request (at the measured speed) beyond which it gets 429."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
                                max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
-                               urgent_max_cost=max(1, self.urgent_max_cost),
                                max_queued_sentences=self.max_queue).validate()
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(scheduler=self.scheduler_config(), executor=self.executor, lanes=self.lanes,
-                            urgent_lanes=self.urgent_max_cost > 0, lane_nice=self.lane_nice,
+        return EngineConfig(scheduler=self.scheduler_config(), executor=self.executor,
                             max_queue_wait_s=self.max_queue_wait).validate()
 
     def app_config(self) -> AppConfig:
@@ -124,11 +116,6 @@ _HELP = {
     "threads": "CPU threads for the model",
     "executor": "how a CPU runs its batches: auto, lanes (several at once, short work at a higher OS priority) "
                 "or serial (one at a time on every thread)",
-    "lanes": "batches a CPU runs at once, sharing its threads (default: 2 for VITS voices on 2+ threads)",
-    "urgent_max_cost": "with several lanes: a request whose client waits for at most this many phoneme ids "
-                       "(a short one, a stream's first sentence) runs on urgent lanes, at a higher OS "
-                       "priority than the rest (0: no urgent lanes)",
-    "lane_nice": "with urgent lanes: how much lower the other lanes' OS priority is (nice)",
 }
 
 

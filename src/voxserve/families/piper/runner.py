@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from ...runtime.cpu import cpu_team
 from ...runtime.offload import ResidentWeights, WeightOffloader
 from .buckets import geometric_bucket
 from .cuda_graphs import GraphedStages
@@ -336,7 +337,8 @@ class VitsRunner(ResidentWeights):
         items over their max_frames (their audio is a placeholder)."""
         self._check(items)
         over: dict[int, int] = {}
-        with contextlib.nullcontext() if self.concurrent_runs else self._lock:
+        team = cpu_team() if self.device.type == "cpu" else contextlib.nullcontext()
+        with contextlib.nullcontext() if self.concurrent_runs else self._lock, team:
             if self.layout == "padded":
                 if any(isinstance(it, VitsContinuation) for it in items):
                     raise ValueError("the padded layout does not run continuations (use packed)")
