@@ -113,3 +113,28 @@ class FakeVoice:
 
     def expected(self, text: str) -> np.ndarray:
         return np.concatenate([self.audio_for(u.payload, self.sample_rate) for u in self.units(text)])
+
+
+class RecordingSink:
+    """An engine Sink that keeps each sentence's (last) audio, the end and the error."""
+
+    def __init__(self):
+        self.audio: dict[int, np.ndarray] = {}
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.calls_after_end = 0
+
+    def on_audio(self, index, samples, text, partial=False):
+        if self.done.is_set():
+            self.calls_after_end += 1
+        self.audio[index] = samples
+
+    def on_done(self, n):
+        self.done.set()
+
+    def on_error(self, e):
+        self.error = e
+        self.done.set()
+
+    def joined(self) -> np.ndarray:
+        return np.concatenate([self.audio[k] for k in sorted(self.audio)])

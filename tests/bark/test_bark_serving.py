@@ -20,6 +20,7 @@ from audio_compare import assert_pcm_close
 from server_process import ServerProcess, free_port
 
 import voxserve
+from serve_fakes import RecordingSink
 from voxserve import SynthesisOptions
 from voxserve.audio import float_to_int16
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
@@ -87,27 +88,7 @@ class _RecordingRunner:
         return self.runner.step()
 
 
-class Sink:
-    def __init__(self):
-        self.audio: dict[int, np.ndarray] = {}
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.calls_after_end = 0
-
-    def on_audio(self, index, samples, text, partial=False):
-        if self.done.is_set():
-            self.calls_after_end += 1
-        self.audio[index] = samples
-
-    def on_done(self, n):
-        self.done.set()
-
-    def on_error(self, e):
-        self.error = e
-        self.done.set()
-
-    def joined(self) -> np.ndarray:
-        return np.concatenate([self.audio[k] for k in sorted(self.audio)])
+Sink = RecordingSink
 
 
 def engine_for(*voices, **sched) -> Engine:

@@ -10,25 +10,12 @@ import numpy as np
 import pytest
 
 from step_fakes import FakeEncodedVoice, FakeEncoder
+from serve_fakes import RecordingSink
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.options import SynthesisOptions
 
 
-class Sink:
-    def __init__(self):
-        self.audio: dict[int, np.ndarray] = {}
-        self.done = threading.Event()
-        self.error = None
-
-    def on_audio(self, index, samples, text, partial=False):
-        self.audio[index] = samples
-
-    def on_done(self, n):
-        self.done.set()
-
-    def on_error(self, e):
-        self.error = e
-        self.done.set()
+Sink = RecordingSink
 
 
 def engine(*voices) -> Engine:

@@ -25,6 +25,7 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 import sbv2_fixtures as fx  # noqa: E402
+from serve_fakes import RecordingSink
 from voxserve.errors import InvalidInputError, VoiceLoadError  # noqa: E402
 from voxserve.families.sbv2 import bert as sb  # noqa: E402
 from voxserve.families.sbv2.bert import SbvBert, bert_key, shared_bert  # noqa: E402
@@ -380,21 +381,7 @@ class BertVoice(Voice):
         return out
 
 
-class Sink:
-    def __init__(self):
-        self.audio: dict[int, np.ndarray] = {}
-        self.done = threading.Event()
-        self.error = None
-
-    def on_audio(self, index, samples, text, partial=False):
-        self.audio[index] = samples
-
-    def on_done(self, n):
-        self.done.set()
-
-    def on_error(self, e):
-        self.error = e
-        self.done.set()
+Sink = RecordingSink
 
 
 def spy(bert: SbvBert, monkeypatch) -> tuple[list, list]:
