@@ -81,7 +81,22 @@ def _omp_libs() -> list[str]:
         return []
 
 
-_set_team = None
+_omp_fns: dict[str, object] = {}
+
+
+def _omp_fn(name: str, argtypes=(), restype=None):
+    """An OpenMP runtime function of the library torch runs on (found once), or None."""
+    if name not in _omp_fns:
+        _omp_fns[name] = None
+        for path in _omp_libs():
+            try:
+                fn = getattr(ctypes.CDLL(path), name)
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes, fn.restype = list(argtypes), restype
+            _omp_fns[name] = fn
+            break
+    return _omp_fns[name]
 
 
 def intra_op_threads() -> int:
@@ -92,46 +107,23 @@ def intra_op_threads() -> int:
 
 def thread_teams() -> bool:
     """Whether `set_thread_team` can work here (torch runs on an OpenMP runtime we found)."""
-    global _set_team
-    if _set_team is None:
-        _set_team = False
-        for path in _omp_libs():
-            try:
-                fn = ctypes.CDLL(path).omp_set_num_threads
-            except (OSError, AttributeError):
-                continue
-            fn.argtypes = [ctypes.c_int]
-            _set_team = fn
-            break
-    return bool(_set_team)
+    return _omp_fn("omp_set_num_threads", [ctypes.c_int]) is not None
 
 
 def set_thread_team(n: int) -> bool:
     """Set the calling thread's OpenMP team size (omp_set_num_threads) to n >= 1; other
     threads keep theirs. True if an OpenMP runtime took it."""
-    if not thread_teams():
+    fn = _omp_fn("omp_set_num_threads", [ctypes.c_int])
+    if fn is None:
         return False
-    _set_team(max(1, int(n)))
+    fn(max(1, int(n)))
     return True
-
-
-_get_team = None
 
 
 def thread_team() -> int | None:
     """The calling thread's OpenMP team size (omp_get_max_threads), or None without one."""
-    global _get_team
-    if _get_team is None:
-        _get_team = False
-        for path in _omp_libs():
-            try:
-                fn = ctypes.CDLL(path).omp_get_max_threads
-            except (OSError, AttributeError):
-                continue
-            fn.restype = ctypes.c_int
-            _get_team = fn
-            break
-    return int(_get_team()) if _get_team else None
+    fn = _omp_fn("omp_get_max_threads", restype=ctypes.c_int)
+    return int(fn()) if fn is not None else None
 
 
 class OtherLoad:
