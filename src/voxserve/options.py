@@ -19,8 +19,10 @@ from .errors import InvalidOptionError
 MAX_SEED = (1 << 63) - 1
 MAX_SPEAKER_ID = (1 << 31) - 1
 MAX_SPEAKER_NAME = 200
+MAX_STYLE_ID = 1023
 
-KINDS = ("number", "integer", "id_or_name")
+KINDS = ("number", "integer", "id_or_name", "name", "boolean")
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,11 @@ class OptionRule:
     """What values an option takes, and how the CLI and the HTTP schema present it."""
 
     kind: str
-    """"number" (a finite int or float), "integer" (an int, not a bool) or "id_or_name" (an
-    integer id in `range` or a name of 1 to `max_len` characters)."""
+    """"number" (a finite int or float), "integer" (an int, not a bool), "id_or_name" (an
+    integer id in `range` or a name of 1 to `max_len` characters), "name" (a string of 1 to
+    `max_len` characters) or "boolean" (True or False)."""
     range: tuple[float, float]
-    """(lo, hi), both inclusive (for id_or_name: of the id)."""
+    """(lo, hi), both inclusive (for id_or_name: of the id; unused by name and boolean)."""
     help: str
     unit: str = ""
     max_len: int = 0
@@ -43,6 +46,14 @@ class OptionRule:
     def check(self, name: str, value: object) -> None:
         """Raises InvalidOptionError unless `value` obeys the rule."""
         lo, hi = self.range
+        if self.kind == "boolean":
+            if not isinstance(value, bool):
+                raise InvalidOptionError(name, f"must be true or false, got {value!r}")
+            return
+        if self.kind == "name":
+            if not isinstance(value, str) or not 0 < len(value) <= self.max_len:
+                raise InvalidOptionError(name, f"must be a name of 1 to {self.max_len} characters, got {value!r}")
+            return
         if self.kind == "id_or_name":
             if isinstance(value, bool) or not isinstance(value, (int, str)):
                 raise InvalidOptionError(name, f"must be an id or a name, got {value!r}")
@@ -66,6 +77,13 @@ class OptionRule:
             return float(text)
         if self.kind == "integer":
             return int(text)
+        if self.kind == "boolean":
+            low = text.strip().lower()
+            if low not in _TRUE + _FALSE:
+                raise ValueError(text)
+            return low in _TRUE
+        if self.kind == "name":
+            return text
         return int(text) if text.isdigit() else text
 
     @property
@@ -90,6 +108,15 @@ def id_or_name(max_id: int, max_len: int, help: str):
     return field(default=None, metadata={"rule": OptionRule("id_or_name", (0, max_id), help, max_len=max_len)})
 
 
+def name_field(max_len: int, help: str):
+    """A string option of 1 to max_len characters (what values a voice takes, it checks)."""
+    return field(default=None, metadata={"rule": OptionRule("name", (0, 0), help, max_len=max_len)})
+
+
+def boolean_field(help: str):
+    return field(default=None, metadata={"rule": OptionRule("boolean", (0, 0), help)})
+
+
 @dataclass(frozen=True)
 class SynthesisOptions:
     speaker: int | str | None = id_or_name(MAX_SPEAKER_ID, MAX_SPEAKER_NAME, "speaker id or name (multi-speaker voices)")
@@ -107,6 +134,14 @@ class SynthesisOptions:
     temperature: float | None = number(0.0, 5.0, "sampling temperature of token-generating voices (Bark); 0 = greedy")
     """Bark's semantic and coarse stages (0 also makes the fine stage greedy: deterministic).
     VITS voices ignore it: their randomness is noise_scale / noise_w."""
+    style: int | str | None = id_or_name(MAX_STYLE_ID, MAX_SPEAKER_NAME, "style id or name (Style-Bert-VITS2 voices)")
+    """None = the voice's default style ("Neutral" where the voice has it)."""
+    style_weight: float | None = number(0.0, 20.0, "strength of the style (Style-Bert-VITS2); 1 = as trained")
+    """The style vector is mean + (vector[style] - mean) * style_weight; SBV2's own range."""
+    sdp_ratio: float | None = number(0.0, 1.0, "share of the stochastic duration predictor (Style-Bert-VITS2)")
+    """Durations mix the stochastic (sdp_ratio) and the deterministic predictor (1 - sdp_ratio)."""
+    language: str | None = name_field(8, "language of the text, for voices that speak several (Style-Bert-VITS2: JP, EN)")
+    """None = the voice's own language; a voice refuses one it cannot speak (400)."""
 
     def validate(self) -> "SynthesisOptions":
         """Check every set field against its rule; InvalidOptionError names the first bad one."""
@@ -138,9 +173,9 @@ def option_rules(cls: type = SynthesisOptions) -> Mapping[str, OptionRule]:
 
 
 def option_range(name: str, cls: type = SynthesisOptions) -> tuple[float, float] | None:
-    """(lo, hi), both inclusive, of a numeric option; None for an id-or-name option (speaker)."""
+    """(lo, hi), both inclusive, of a numeric option; None for an id-or-name, name or boolean one."""
     rule = option_rules(cls)[name]
-    return None if rule.kind == "id_or_name" else rule.range
+    return rule.range if rule.kind in ("number", "integer") else None
 
 
 def option_help(name: str, cls: type = SynthesisOptions) -> str:
@@ -153,5 +188,5 @@ def check_option(name: str, value: object, cls: type = SynthesisOptions) -> None
     option_rules(cls)[name].check(name, value)
 
 
-DETERMINISTIC = SynthesisOptions(noise_scale=0.0, noise_w=0.0, temperature=0.0)
-"""Noise off (VITS) and greedy decoding (Bark): the same text always gives the same samples."""
+DETERMINISTIC = SynthesisOptions(noise_scale=0.0, noise_w=0.0, temperature=0.0, sdp_ratio=0.0)
+"""Noise off (VITS, SBV2) and greedy decoding (Bark): the same text always gives the same samples."""

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import voxserve
 from voxserve import AudioTooLongError, InvalidOptionError, Limits, SynthesisOptions, UnknownSpeakerError
-from voxserve.options import option_range
+from voxserve.options import option_range, option_rules
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -33,8 +33,11 @@ ANY = st.one_of(
 
 
 def values(name: str):
-    if name == "speaker":
+    kind = option_rules()[name].kind
+    if kind == "id_or_name":
         return st.one_of(ANY, st.integers(-2, 4), st.sampled_from(["0", "1", "2", "7", "a", ""]))
+    if kind in ("name", "boolean"):
+        return st.one_of(ANY, st.sampled_from(["JP", "en", "x" * 9, True, False]))
     return st.one_of(ANY, st.sampled_from(edges(name)))
 
 
@@ -70,7 +73,7 @@ def test_library_options_raise_only_documented_errors_and_respect_the_cap(tiny_l
 
 def test_every_numeric_option_has_an_inclusive_range(tiny_limited):
     for f in fields(SynthesisOptions):
-        if f.name == "speaker":
+        if option_range(f.name) is None:
             continue
         lo, hi = option_range(f.name)
         SynthesisOptions(**{f.name: lo}).validate()
@@ -122,8 +125,11 @@ JSON_ANY = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
 
 
 def json_values(name: str):
-    if name == "speaker":
+    kind = option_rules()[name].kind
+    if kind == "id_or_name":
         return st.one_of(JSON_ANY, st.integers(-2, 4))
+    if kind in ("name", "boolean"):
+        return st.one_of(JSON_ANY, st.sampled_from(["JP", "x" * 9, True, False]))
     return st.one_of(JSON_ANY, st.sampled_from([v for v in edges(name) if math.isfinite(v)]))
 
 

@@ -35,6 +35,10 @@ def option_type(rule: OptionRule) -> Any:
         return Annotated[StrictFloat, Field(json_schema_extra={"minimum": lo, "maximum": hi})]
     if rule.kind == "integer":
         return Annotated[StrictInt, Field(json_schema_extra={"minimum": lo, "maximum": hi})]
+    if rule.kind == "boolean":
+        return StrictBool
+    if rule.kind == "name":
+        return Annotated[StrictStr, Field(json_schema_extra={"minLength": 1, "maxLength": rule.max_len})]
     return (Annotated[StrictInt, Field(json_schema_extra={"minimum": lo, "maximum": hi})]
             | Annotated[StrictStr, Field(json_schema_extra={"minLength": 1, "maxLength": rule.max_len})])
 
