@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 # The caching allocator with expandable segments suits VITS's changing batch shapes (less
 # fragmentation); only a default, and only read when CUDA first allocates.
@@ -20,7 +21,7 @@ from .errors import (
     VoiceLoadError,
     VoxserveError,
 )
-from .families import Family, family_for_source, register_family
+from .families import Family, family_for_source, load_options, register_family
 from .families.piper.options import RuntimeOptions
 from .limits import Limits
 from .options import DETERMINISTIC, SynthesisOptions
@@ -46,6 +47,7 @@ def load_voice(
     runtime: RuntimeOptions | None = None,
     max_phonemes: int | None = None,
     limits: Limits | None = None,
+    **family_options: Any,
 ) -> Voice:
     """Load a voice by registry name (default: en_US-joe-medium) or by path (a Piper .onnx,
     or PREFIX:PATH, e.g. "bark:DIR" for a local Bark checkpoint directory). The voice's family
@@ -59,11 +61,21 @@ def load_voice(
     max_phonemes: Piper voices' longest sentence in phonemes (other families ignore it).
     limits: how much audio one request may make (voxserve.limits.Limits; default 2 min per
     sentence, 30 min per request).
+    family_options: keywords that one family takes (`voxserve.families.load_options()`), e.g.
+    `bert_dir=` for Style-Bert-VITS2 voices (its BERT_ROOT); given to a voice of another family,
+    they are ignored; an unknown keyword is a TypeError.
     """
     limits = (limits or Limits()).validate()
     src = resolve_voice(name_or_path)
     family = family_for_source(src)
+    known = load_options()
+    for key in family_options:
+        if key not in known:
+            raise TypeError(f"load_voice() got an unexpected keyword argument {key!r} (family options: "
+                            f"{', '.join(sorted(known)) or 'none'})")
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
+    mine = {o.name for o in family.load_options}
+    kwargs.update({k: v for k, v in family_options.items() if k in mine and v is not None})
     voice = family.load(src, device=device, dtype=dtype, runtime=runtime, **kwargs)
     voice.limits = limits
     return voice

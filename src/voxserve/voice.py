@@ -187,6 +187,16 @@ class Voice(ABC):
     def speakers(self) -> list[str]:
         return []
 
+    @property
+    def styles(self) -> list[str]:
+        """Named styles (`SynthesisOptions.style`) of voices that have them."""
+        return []
+
+    @property
+    def languages(self) -> list[str]:
+        """Values `SynthesisOptions.language` takes, for voices that speak several."""
+        return []
+
     def step_runner(self) -> StepRunner | None:
         """The voice's step runner if it runs as one (autoregressive families; the same
         instance at every call); None for a one-shot voice, whose batches go through

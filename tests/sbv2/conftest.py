@@ -40,3 +40,10 @@ def sbv2_cases() -> dict[str, list[fx.Case]]:
     return out
 
 
+
+
+@pytest.fixture(scope="session")
+def sbv2_bert_root(tmp_path_factory):
+    """A BERT folder laid out like SBV2's bert/: the fixtures' tiny JP, EN and ZH BERTs."""
+    pytest.importorskip("transformers")
+    return fx.write_bert_root(tmp_path_factory.mktemp("bert_root"))

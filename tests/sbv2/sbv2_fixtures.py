@@ -11,6 +11,7 @@ sentencepiece is needed.
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sbv2"
 VARIANTS = ("jp_extra", "multilingual")
 JP_BERT = "deberta-v2-large-japanese-char-wwm"
 EN_BERT = "deberta-v3-large"
+ZH_BERT = "chinese-roberta-wwm-ext-large"
 
 
 def weights_module():
@@ -101,6 +103,36 @@ def bert_model(name: str):
         for k, p in model.named_parameters():
             p.copy_(torch.from_numpy(tensors[k]))
     return model
+
+
+def build_bert(name: str):
+    """A fixture BERT from its recorded config and seed (DeBERTa-v2 for JP/EN, BERT for ZH)."""
+    import transformers
+
+    if name != ZH_BERT:
+        return bert_model(name)
+    b = meta()["bert"][name]
+    model = getattr(transformers, b["class"])(transformers.BertConfig(**b["config"])).eval()
+    tensors = weights_module().make_state_dict(b["seed"], b["parameters"])
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(torch.from_numpy(tensors[k]))
+    return model
+
+
+def write_bert_root(root: Path, names=(JP_BERT, EN_BERT, ZH_BERT)) -> Path:
+    """BERT_ROOT with the fixture BERTs' folders as SBV2 names them: config, weights, tokenizer."""
+    for name in names:
+        b = meta()["bert"][name]
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        build_bert(name).save_pretrained(d)
+        for f, v in b["tokenizer_files"].items():
+            if "text" in v:
+                (d / f).write_text(v["text"], encoding="utf-8")
+            else:
+                (d / f).write_bytes(base64.b64decode(v["base64"]))
+    return root
 
 
 def bert_hidden_m3(text: str, language: str) -> np.ndarray:

@@ -9,7 +9,6 @@ the recorded tokenizer files, so they load through the same transformers path as
 
 from __future__ import annotations
 
-import base64
 import gc
 import re
 import shutil
@@ -35,42 +34,14 @@ from voxserve.voice import Unit, Voice  # noqa: E402
 FP32_BOUND = 1e-5  # batched vs solo, fp32 (measured 6.0e-6 on CPU for 8 sentences of 6-21 chars)
 
 
-ZH_BERT = "chinese-roberta-wwm-ext-large"
-
-
-def build_bert(name: str):
-    """A fixture BERT from its recorded config and seed (DeBERTa-v2 for JP/EN, BERT for ZH)."""
-    import transformers
-
-    if name != ZH_BERT:
-        return fx.bert_model(name)
-    b = fx.meta()["bert"][name]
-    model = getattr(transformers, b["class"])(transformers.BertConfig(**b["config"])).eval()
-    tensors = fx.weights_module().make_state_dict(b["seed"], b["parameters"])
-    with torch.no_grad():
-        for k, p in model.named_parameters():
-            p.copy_(torch.from_numpy(tensors[k]))
-    return model
-
-
-def write_bert_root(root: Path, names=(fx.JP_BERT, fx.EN_BERT, ZH_BERT)) -> Path:
-    """BERT_ROOT with the fixture BERTs' folders as SBV2 names them: config, weights, tokenizer."""
-    for name in names:
-        b = fx.meta()["bert"][name]
-        d = root / name
-        d.mkdir(parents=True, exist_ok=True)
-        build_bert(name).save_pretrained(d)
-        for f, v in b["tokenizer_files"].items():
-            if "text" in v:
-                (d / f).write_text(v["text"], encoding="utf-8")
-            else:
-                (d / f).write_bytes(base64.b64decode(v["base64"]))
-    return root
+ZH_BERT = fx.ZH_BERT
+build_bert = fx.build_bert
+write_bert_root = fx.write_bert_root
 
 
 @pytest.fixture(scope="module")
-def bert_root(tmp_path_factory) -> Path:
-    return write_bert_root(tmp_path_factory.mktemp("bert_root"))
+def bert_root(sbv2_bert_root) -> Path:
+    return sbv2_bert_root
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,27 @@ if TYPE_CHECKING:
     from ..voice import Voice
     from ..voices.registry import VoiceSource
 
-BUILTIN = ("piper", "bark")
+BUILTIN = ("piper", "sbv2", "bark")
 """Family packages under voxserve.families imported when the registry is first asked."""
 
 RUNNER_KINDS = ("one-shot", "step")
 """Runner kinds: "one-shot" (a batch of sentences in, audio out, or a continuation for a
 sentence cut into pieces: `Voice.run_pieces`) and "step" (autoregressive: sequences advance a
 step at a time and join and leave between steps, `Voice.step_runner`)."""
+
+
+@dataclass(frozen=True)
+class LoadOption:
+    """A keyword of `load_voice` that one family takes (e.g. SBV2's `bert_dir`): the CLI offers
+    it as a flag (`--bert-dir`) of `say` and `serve`, and load_voice passes it to that family."""
+
+    name: str
+    """The keyword (an identifier); the flag is `--` + name with `-` for `_`."""
+    help: str
+    env: str | None = None
+    """An environment variable the family reads when the option is not given."""
+    path: bool = True
+    """The value is a filesystem path (the operator's, never a request's)."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +81,22 @@ class Family:
     """Its text front end, in words (text -> sentences -> model input)."""
     runner_kind: str = "one-shot"
     """One of RUNNER_KINDS: how the engine runs its batches."""
+    load_options: tuple[LoadOption, ...] = ()
+    """Keywords of load_voice that only this family takes (passed to `load` when given)."""
 
     def __post_init__(self):
         if not self.name.isidentifier():
             raise ValueError(f"a family name is an identifier, not {self.name!r}")
-        if self.prefix is not None and not (self.prefix.isalpha() and len(self.prefix) > 1):
-            raise ValueError(f"a family prefix is two or more letters, not {self.prefix!r}")
+        if self.prefix is not None and not is_prefix(self.prefix):
+            raise ValueError(f"a family prefix is a letter and one or more letters or digits, not {self.prefix!r}")
         if self.runner_kind not in RUNNER_KINDS:
             raise ValueError(f"runner_kind must be one of {RUNNER_KINDS}, not {self.runner_kind!r}")
+
+
+def is_prefix(text: str) -> bool:
+    """Whether `text` can be a family prefix: a letter, then letters or digits, two characters
+    at least (so a Windows drive, "C:", never is one)."""
+    return text.isascii() and text.isalnum() and text[:1].isalpha() and len(text) > 1
 
 
 _families: dict[str, Family] = {}
@@ -122,6 +144,11 @@ def families() -> dict[str, Family]:
     _load_builtin()
     with _lock:
         return dict(_families)
+
+
+def load_options() -> dict[str, LoadOption]:
+    """Every family's load options, by keyword (two families may share a keyword)."""
+    return {o.name: o for f in families().values() for o in f.load_options}
 
 
 def get_family(name: str) -> Family:

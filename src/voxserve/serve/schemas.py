@@ -115,6 +115,9 @@ class VoiceInfo(BaseModel):
     family: str
     sample_rate: int
     speakers: list[str]
+    styles: list[str] = []
+    languages: list[str] = []
+    """For voices that speak several (the `language` option)."""
     default: bool
 
 

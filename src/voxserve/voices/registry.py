@@ -102,7 +102,7 @@ def available_voices() -> list[str]:
 def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = True) -> VoiceSource:
     """A name (or, if allowed, a path / PREFIX:path) -> its source. Unknown -> UnknownVoiceError;
     a path its family cannot load (files missing) -> VoiceLoadError."""
-    from ..families import family_for_path, family_for_prefix
+    from ..families import family_for_path, family_for_prefix, is_prefix
 
     if name_or_path is None:
         name_or_path = DEFAULT_VOICE
@@ -113,7 +113,7 @@ def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = Tr
     if allow_paths:
         fam = None
         prefix, sep, rest = key.partition(":")
-        if sep and prefix.isalpha() and len(prefix) > 1:  # one letter: a Windows drive
+        if sep and is_prefix(prefix):
             fam = family_for_prefix(prefix)
             if fam is None:  # load_voice reports the unknown family
                 return VoiceSource(rest, prefix, Path(rest))

@@ -290,6 +290,9 @@ class Sbv2Output:
     durations: torch.Tensor  # [B, T] frames per text position (0 on padding)
     frame_lengths: torch.Tensor  # [B]
     stages: dict[str, torch.Tensor] = field(default_factory=dict)  # m_p, logs_p (expanded), z: [B, C, F]
+    over_limit: list[int] = field(default_factory=list)
+    """Rows whose predicted frames passed `max_frames`: not generated (one frame of output)."""
+    predicted_frames: list[int] = field(default_factory=list)  # [B] before any row was cut
 
 
 class Sbv2Synthesizer(nn.Module):
@@ -361,6 +364,7 @@ class Sbv2Synthesizer(nn.Module):
         seeds: Sequence[int | None] | None = None,
         generators: Sequence[torch.Generator | None] | None = None,
         keep_stages: bool = False,
+        max_frames: Sequence[int] | None = None,
     ) -> Sbv2Output:
         """SBV2's `net_g.infer` for a padded batch.
 
@@ -370,6 +374,9 @@ class Sbv2Synthesizer(nn.Module):
         sid [B]. The scalars are floats or [B] (per row); their defaults are SBV2's (noise 0.6,
         noise_w 0.8, sdp_ratio 0.2, length 1.0). seeds / generators: one per row (the
         noise of row i is drawn from its own generator, so it does not depend on the batch).
+        max_frames: per row, the most frames it may make; a row predicted longer is not run
+        past its durations (it gets one frame) and is listed in `over_limit`, so a bound on a
+        sentence's audio holds before the flow and decoder allocate for it.
         """
         b, t = x.shape
         dev = x.device
@@ -390,6 +397,13 @@ class Sbv2Synthesizer(nn.Module):
         )
         y_lengths = self.frame_lengths(durations)  # [B]
         frames = y_lengths.tolist()  # the one device -> host read
+        predicted = list(frames)
+        over = [] if max_frames is None else [i for i, (n, m) in enumerate(zip(frames, max_frames)) if n > m]
+        if over:
+            durations = durations.clone()
+            durations[over] = 0
+            y_lengths = self.frame_lengths(durations)
+            frames = y_lengths.tolist()
         n_frames = max(frames)
         m, logs, y_mask = self.expand(m_p, logs_p, durations, y_lengths, n_frames)
         c = m.shape[1]
@@ -397,4 +411,4 @@ class Sbv2Synthesizer(nn.Module):
         z = self.flow_reverse(m, logs, y_mask, z_noise, g)
         wave = self.decode(z, y_mask, g)  # [B, 1, F * hop]
         stages = {"m_p": m, "logs_p": logs, "z": z} if keep_stages else {}
-        return Sbv2Output(wave, y_lengths * self.dims.hop_length, durations, y_lengths, stages)
+        return Sbv2Output(wave, y_lengths * self.dims.hop_length, durations, y_lengths, stages, over, predicted)

@@ -30,7 +30,8 @@ from .symbols import (
 )
 
 __all__ = ["SYMBOLS", "LANGUAGE_ID_MAP", "LANGUAGE_TONE_START_MAP", "UnsupportedLanguageError",
-           "ModelInputs", "check_language", "clean_text", "normalize_text", "g2p", "to_model_inputs"]
+           "ModelInputs", "SentenceText", "check_language", "clean_text", "normalize_text", "g2p",
+           "sentence_text", "to_model_inputs"]
 
 
 def normalize_text(text: str, language: str) -> str:
@@ -90,3 +91,29 @@ def to_model_inputs(phones: list[str], tones: list[int], word2ph: list[int], lan
     if add_blank:
         ids, tone_ids, lang_ids, w2p = _add_blank(ids, tone_ids, lang_ids, w2p)
     return ModelInputs(ids, tone_ids, lang_ids, w2p)
+
+
+@dataclass(frozen=True)
+class SentenceText:
+    """One sentence through the front end: what the synthesizer and the BERT take."""
+
+    norm_text: str
+    bert_text: str
+    """The BERT's input, as SBV2's get_bert_feature forms it (JP: pyopenjtalk's words joined)."""
+    inputs: ModelInputs
+
+
+def sentence_text(text: str, language: str, tokenizer, use_jp_extra: bool = True,
+                  add_blank: bool = True) -> SentenceText:
+    """normalize -> g2p -> ids for one sentence, with the BERT text from the same pass."""
+    language = check_language(language)
+    norm = normalize_text(text, language)
+    if language == "JP":
+        from . import japanese
+
+        phones, tones, word2ph, words = japanese.g2p_words(norm, tokenizer, use_jp_extra=use_jp_extra)
+        bert_text = "".join(words)
+    else:
+        phones, tones, word2ph = g2p(norm, language, tokenizer, use_jp_extra=use_jp_extra)
+        bert_text = norm
+    return SentenceText(norm, bert_text, to_model_inputs(phones, tones, word2ph, language, add_blank))

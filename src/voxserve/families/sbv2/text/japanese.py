@@ -289,6 +289,13 @@ def g2p(norm_text: str, tokenizer: Tokenizer, use_jp_extra: bool = True) -> tupl
     """SBV2's Japanese g2p of normalised text: phones (punctuation kept as phones), tones (0/1)
     and word2ph (phones per BERT token, each pyopenjtalk word tokenised by `tokenizer`), with
     `_`/0/1 at both ends. use_jp_extra False (the multilingual model) writes ん as "n"."""
+    return g2p_words(norm_text, tokenizer, use_jp_extra)[:3]
+
+
+def g2p_words(norm_text: str, tokenizer: Tokenizer,
+              use_jp_extra: bool = True) -> tuple[list[str], list[int], list[int], list[str]]:
+    """g2p's (phones, tones, word2ph) and pyopenjtalk's words, whose concatenation is the BERT's
+    input text in SBV2 (`text_to_sep_kata(norm_text)[0]`), from the same pyopenjtalk pass."""
     with _LOCK:  # one critical section: both pyopenjtalk passes of this text
         jt = _jtalk()
         njd = jt.run_frontend(norm_text)
@@ -310,4 +317,4 @@ def g2p(norm_text: str, tokenizer: Tokenizer, use_jp_extra: bool = True) -> tupl
         raise JapaneseFrontEndError(f"{len(phones)} phones but word2ph sums to {sum(word2ph)}: {norm_text!r}")
     if not use_jp_extra:
         phones = ["n" if p == "N" else p for p in phones]
-    return phones, tones, word2ph
+    return phones, tones, word2ph, words

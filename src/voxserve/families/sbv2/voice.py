@@ -1,0 +1,330 @@
+"""Sbv2Voice: a Style-Bert-VITS2 model folder behind the Voice API.
+
+A sentence becomes a Unit whose payload (Sbv2Item) holds its symbol, tone and language ids,
+speaker, style vector and noise settings, and which names its language's shared BERT
+(`Unit.component`): the engine (or `resolve_components`, on the library path) runs the BERTs of
+waiting sentences of every request and voice as one batch and hands the features back on the
+device (`with_component_output`); `run_pieces` then pads a batch of sentences, features
+included, and runs the synthesizer once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
+from ...options import SynthesisOptions
+from ...text.frontend import check_text
+from ...text.split import split_long, split_sentences
+from ...voice import SharedComponent, Unit, Voice, limited, sentence_seed
+from . import BERT_DIR_ENV
+from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
+from .loader import Sbv2Checkpoint, load_sbv2_checkpoint, style_vector
+from .text import UnsupportedLanguageError, check_language, sentence_text
+
+FRONTEND_LANGUAGES = ("JP", "EN")  # the front ends voxserve has (no ZH: docs/sbv2.md)
+DEFAULT_STYLE = "Neutral"
+# SBV2's defaults (its constants.py): what a request that sets nothing gets
+DEFAULT_NOISE, DEFAULT_NOISE_W, DEFAULT_SDP_RATIO, DEFAULT_STYLE_WEIGHT = 0.6, 0.8, 0.2, 1.0
+# One unit's text: the synthesizer's attention is quadratic in its phones, so longer sentences
+# are cut (at 、 , ; first, then anywhere).
+MAX_SENTENCE_CHARS = 200
+# A low estimate of audio per symbol id (blanks included) at speed 1: refuse only clear excess.
+_SECONDS_PER_ID = 0.01
+_JP_END = re.compile(r"(?<=[。！？!?．])")
+_JP_CLAUSE = re.compile(r"(?<=[、，,;；])")
+
+
+@dataclass(frozen=True, eq=False)
+class Sbv2Item:
+    """One sentence's synthesizer input (host side until the features arrive)."""
+
+    phone_ids: tuple[int, ...]
+    tone_ids: tuple[int, ...]
+    language_ids: tuple[int, ...]
+    language: str  # the BERT language of its features
+    sid: int
+    style_vec: np.ndarray  # float32 [256]
+    length_scale: float
+    noise_scale: float
+    noise_w: float
+    sdp_ratio: float
+    seed: int
+    max_frames: int
+    bert: torch.Tensor | None = field(default=None, repr=False)  # [1024, T] on the voice's device
+
+
+def split_text(text: str, language: str) -> list[str]:
+    """Sentences of `text`: lines, then sentence ends (JP: 。！？!? wherever they stand), each cut
+    to MAX_SENTENCE_CHARS."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if language == "JP":
+            for s in (p.strip() for p in _JP_END.split(line)):
+                if s:
+                    out += _cut(s)
+        else:
+            for s in split_sentences(line):
+                out += split_long(s, MAX_SENTENCE_CHARS, len)
+    return out
+
+
+def _cut(sentence: str) -> list[str]:
+    if len(sentence) <= MAX_SENTENCE_CHARS:
+        return [sentence]
+    out, cur = [], ""
+    for clause in _JP_CLAUSE.split(sentence):
+        while len(clause) > MAX_SENTENCE_CHARS:
+            if cur:
+                out.append(cur)
+                cur = ""
+            out.append(clause[:MAX_SENTENCE_CHARS])
+            clause = clause[MAX_SENTENCE_CHARS:]
+        if len(cur) + len(clause) > MAX_SENTENCE_CHARS:
+            out.append(cur)
+            cur = ""
+        cur += clause
+    if cur:
+        out.append(cur)
+    return [s for s in (c.strip() for c in out) if s]
+
+
+class _LockedTokenizer:
+    """The BERT's tokenizer for the front end's `.tokenize`, under the BERT's own lock (the
+    worker tokenises batches with it while requests run their front end)."""
+
+    def __init__(self, bert: SbvBert):
+        self._bert = bert
+
+    def tokenize(self, text: str) -> list[str]:
+        with self._bert._tokenizer_lock:
+            return self._bert.tokenizer.tokenize(text)
+
+
+class Sbv2Voice(Voice):
+    """A Style-Bert-VITS2 voice (JP-Extra or multilingual) with shared BERTs."""
+
+    family = "sbv2"
+
+    def __init__(self, name: str, ckpt: Sbv2Checkpoint, berts: Mapping[str, SbvBert],
+                 device: torch.device):
+        self.name = name
+        self.checkpoint = ckpt
+        self.model = ckpt.model.to(device)
+        self.device = device
+        self.sample_rate = ckpt.sample_rate
+        self.jp_extra = ckpt.jp_extra
+        self.berts = dict(berts)
+        self._tokenizers = {lang: _LockedTokenizer(b) for lang, b in self.berts.items()}
+        self._spk = sorted(ckpt.spk2id.items(), key=lambda kv: kv[1])
+        self._styles = sorted(ckpt.style2id.items(), key=lambda kv: kv[1])
+        self.default_language = "JP" if "JP" in self.berts else next(iter(self.berts))
+
+    def __repr__(self) -> str:
+        kind = "JP-Extra" if self.jp_extra else "multilingual"
+        return f"Sbv2Voice({self.name!r}, {kind}, device={self.device}, languages={self.languages})"
+
+    # ------------------------------------------------------------------ what it offers
+    @property
+    def speakers(self) -> list[str]:
+        return [n for n, _ in self._spk]
+
+    @property
+    def styles(self) -> list[str]:
+        return [n for n, _ in self._styles]
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.berts)
+
+    def components(self) -> Mapping[Hashable, SharedComponent]:
+        return {b.key: b for b in self.berts.values()}
+
+    def speaker_id(self, speaker: int | str | None) -> int:
+        n = self.model.dims.n_speakers
+        if speaker is None:
+            return self._spk[0][1] if self._spk else 0
+        if isinstance(speaker, str):
+            if speaker in self.checkpoint.spk2id:
+                return self.checkpoint.spk2id[speaker]
+            if not speaker.isdigit():
+                raise UnknownSpeakerError(speaker, self.name, self.speakers or n)
+            speaker = int(speaker)
+        if not 0 <= speaker < n:
+            raise UnknownSpeakerError(speaker, self.name, self.speakers or n)
+        return speaker
+
+    def style_id(self, style: int | str | None) -> int:
+        n = len(self.checkpoint.style_vectors)
+        if style is None:
+            return self.checkpoint.style2id.get(DEFAULT_STYLE, 0)
+        if isinstance(style, str):
+            if style in self.checkpoint.style2id:
+                return self.checkpoint.style2id[style]
+            if not style.isdigit():
+                raise InvalidOptionError("style", f"unknown style {style!r}; this voice has: "
+                                                  f"{', '.join(self.styles) or f'ids 0..{n - 1}'}")
+            style = int(style)
+        if not 0 <= style < n:
+            raise InvalidOptionError("style", f"style id {style} out of range: this voice has {n} styles")
+        return style
+
+    def language_of(self, language: str | None) -> str:
+        if language is None:
+            return self.default_language
+        try:
+            lang = check_language(language)
+        except UnsupportedLanguageError as e:
+            raise InvalidOptionError("language", str(e)) from None
+        if lang not in self.berts:
+            why = ("a JP-Extra model speaks Japanese only" if self.jp_extra else
+                   f"voxserve has no {lang} front end" if lang not in FRONTEND_LANGUAGES else
+                   f"its BERT ({BERT_FOLDERS[lang]}) was not found under the BERT folder")
+            raise InvalidOptionError("language", f"voice {self.name!r} cannot speak {lang}: {why} "
+                                                 f"(it speaks {', '.join(self.languages)})")
+        return lang
+
+    # ------------------------------------------------------------------ seams
+    def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
+        check_text(text)
+        opts = (options or SynthesisOptions()).validate()
+        lang = self.language_of(opts.language)
+        sid = self.speaker_id(opts.speaker)
+        sv = style_vector(self.checkpoint.style_vectors, self.style_id(opts.style),
+                          DEFAULT_STYLE_WEIGHT if opts.style_weight is None else opts.style_weight)
+        length = 1.0 / (opts.speed if opts.speed is not None else 1.0)
+        noise = DEFAULT_NOISE if opts.noise_scale is None else opts.noise_scale
+        noise_w = DEFAULT_NOISE_W if opts.noise_w is None else opts.noise_w
+        sdp = DEFAULT_SDP_RATIO if opts.sdp_ratio is None else opts.sdp_ratio
+        max_frames = self.limits.max_sentence_samples(self.sample_rate) // self.model.dims.hop_length
+        bert = self.berts[lang]
+        sentences = split_text(text, lang)
+
+        def gen() -> Iterator[Unit]:
+            n = 0
+            for s in sentences:
+                st = sentence_text(s, lang, self._tokenizers[lang], use_jp_extra=self.jp_extra,
+                                   add_blank=self.checkpoint.add_blank)
+                if not any(ch.isalnum() for ch in st.bert_text):
+                    continue  # punctuation only: nothing to say
+                ids = st.inputs
+                item = Sbv2Item(tuple(ids.phone_ids), tuple(ids.tone_ids), tuple(ids.language_ids), lang,
+                                sid, sv, length, noise, noise_w, sdp, sentence_seed(opts.seed, n), max_frames)
+                yield Unit(n, s, len(ids.phone_ids), item, len(ids.phone_ids) * _SECONDS_PER_ID * length,
+                           component=bert.key, component_input=(st.bert_text, tuple(ids.word2ph)))
+                n += 1
+            if n == 0:
+                raise UnpronounceableTextError(text)
+
+        silence = self.silence_after(opts)
+        return limited(gen(), self.limits, sentences if silence else (), silence)
+
+    def with_component_output(self, unit: Unit, output: Any) -> Unit:
+        if isinstance(output, BaseException):
+            raise output  # this sentence's BERT input did not fit: its request fails, alone
+        item: Sbv2Item = unit.payload
+        if output.shape != (BERT_DIM, len(item.phone_ids)):
+            raise ValueError(f"SBV2 BERT features {tuple(output.shape)} for {len(item.phone_ids)} phones")
+        return replace(unit, component=None, component_input=None, payload=replace(item, bert=output))
+
+    def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
+                  on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
+        out = self._synthesize([u.payload for u in units])
+        for a in out:
+            if isinstance(a, BaseException):
+                raise a
+        return out
+
+    def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
+                   max_cost: int | None = None) -> list[tuple[np.ndarray | BaseException, Unit | None]]:
+        """Whole sentences (SBV2 is not cut); a sentence over the sentence limit gets its
+        AudioTooLongError in place of audio, its batch mates are not affected."""
+        return [(a, None) for a in self._synthesize([u.payload for u in units])]
+
+    def warmup(self) -> None:
+        self.synthesize("こんにちは。" if self.default_language == "JP" else "Hello.",
+                        SynthesisOptions(seed=0))
+
+    # ------------------------------------------------------------------ the model
+    @torch.inference_mode()
+    def _synthesize(self, items: Sequence[Sbv2Item]) -> list[np.ndarray | BaseException]:
+        if any(it.bert is None for it in items):
+            raise RuntimeError("SBV2 units reached the synthesizer without BERT features "
+                               "(run them through resolve_components or the engine)")
+        b, t = len(items), max(len(it.phone_ids) for it in items)
+        dev = self.device
+        x = torch.zeros(b, t, dtype=torch.long)  # 0 = pad (SBV2's blank)
+        tone, lang = torch.zeros_like(x), torch.zeros_like(x)
+        for i, it in enumerate(items):
+            n = len(it.phone_ids)
+            x[i, :n] = torch.tensor(it.phone_ids)
+            tone[i, :n] = torch.tensor(it.tone_ids)
+            lang[i, :n] = torch.tensor(it.language_ids)
+        bert: dict[str, torch.Tensor] = {}
+        for i, it in enumerate(items):  # the features never leave the device
+            feats = bert.get(it.language)
+            if feats is None:
+                feats = bert[it.language] = torch.zeros(b, BERT_DIM, t, device=dev, dtype=torch.float32)
+            feats[i, :, : it.bert.shape[1]] = it.bert.to(device=dev, dtype=torch.float32)
+        out = self.model.infer(
+            x.to(dev), torch.tensor([len(it.phone_ids) for it in items]).to(dev), tone.to(dev), lang.to(dev),
+            bert, torch.from_numpy(np.stack([it.style_vec for it in items])).to(dev),
+            torch.tensor([it.sid for it in items]),
+            noise_scale=[it.noise_scale for it in items], length_scale=[it.length_scale for it in items],
+            noise_scale_w=[it.noise_w for it in items], sdp_ratio=[it.sdp_ratio for it in items],
+            seeds=[it.seed for it in items], max_frames=[it.max_frames for it in items],
+        )
+        wave = out.wave[:, 0].float().cpu().numpy()  # [B, S_max]: the audio, not features
+        lengths = out.wave_lengths.tolist()
+        hop = self.model.dims.hop_length
+        return [self.limits.sentence_error(out.predicted_frames[i] * hop / self.sample_rate)
+                if i in out.over_limit else wave[i, : lengths[i]].copy() for i in range(b)]
+
+
+def bert_root(bert_dir: str | os.PathLike | None) -> Path:
+    """The BERT folder: `bert_dir`, else $VOXSERVE_SBV2_BERT_DIR; VoiceLoadError if neither."""
+    root = bert_dir if bert_dir is not None else os.environ.get(BERT_DIR_ENV) or None
+    if root is None:
+        raise VoiceLoadError(
+            "an SBV2 voice needs its BERT folder (laid out like SBV2's bert/: one Hugging Face folder "
+            f"per BERT, e.g. {BERT_FOLDERS['JP']}/): load_voice(..., bert_dir=DIR), --bert-dir DIR, "
+            f"or {BERT_DIR_ENV}=DIR")
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise VoiceLoadError(f"SBV2 BERT folder not found: {root}")
+    return root
+
+
+def load_sbv2_voice(model_dir: str | os.PathLike, *, bert_dir: str | os.PathLike | None = None,
+                    name: str | None = None, device: str = "auto", dtype: str | None = None,
+                    bert_batch: int | None = None) -> Sbv2Voice:
+    """An SBV2 model folder (config.json, one *.safetensors, style_vectors.npy) and the BERT
+    folder -> Sbv2Voice. JP-Extra needs the JP BERT; a multilingual model loads each BERT of
+    JP and EN found under the folder (at least one). `dtype` is the BERTs' (fp32; bf16; fp16 on
+    CUDA); the synthesizer runs in fp32. BERTs are shared with every SBV2 voice on the device."""
+    folder = Path(model_dir).expanduser()
+    dev = normalise_device(device)
+    root = bert_root(bert_dir)
+    ckpt = load_sbv2_checkpoint(folder)
+    kw = {} if bert_batch is None else {"max_batch": bert_batch}
+    berts: dict[str, SbvBert] = {}
+    if ckpt.jp_extra:
+        berts["JP"] = shared_bert(root, "JP", dev, dtype, **kw)
+    else:
+        for lang in FRONTEND_LANGUAGES:
+            if (root / BERT_FOLDERS[lang] / "config.json").is_file():
+                berts[lang] = shared_bert(root, lang, dev, dtype, **kw)
+        if not berts:
+            raise VoiceLoadError(f"{root}: no BERT for a language voxserve speaks (a folder "
+                                 f"{BERT_FOLDERS['JP']}/ or {BERT_FOLDERS['EN']}/ with config.json)")
+    return Sbv2Voice(name or folder.name, ckpt, berts, dev)
