@@ -32,7 +32,7 @@ def synth() -> tuple[dict, dict]:
 def test_fixtures_are_small():
     files = [p for p in FIX.iterdir() if p.is_file()]
     assert {"frontend.json", "synth.json", "synth.npz", "make_reference.py", "weights.py", "README.md"} <= {p.name for p in files}
-    assert sum(p.stat().st_size for p in files) < 1_000_000
+    assert sum(p.stat().st_size for p in files) < 1_100_000  # ~1.06 MB with the SDP cases
     assert not [p for p in FIX.rglob("*") if p.suffix in (".safetensors", ".bin", ".pt", ".model")]
 
 
@@ -188,6 +188,33 @@ def test_tiny_model_cases(synth, frontend, variant):
         assert feats.shape == (1024, T)
         np.testing.assert_array_equal(np.repeat(hid, w2p, axis=0).T, feats)
 
+
+
+@pytest.mark.parametrize("variant", ["jp_extra", "multilingual"])
+def test_stochastic_duration_cases(synth, variant):
+    """`sdp_cases`: noise 0 with sdp_ratio 0.5 and 1.0 on the inputs of an sdp_ratio = 0 case
+    (`source`); durations and the float32 wave stored under VARIANT/sdp/J/."""
+    meta, arrays = synth
+    m = meta["models"][variant]
+    cases, sdp = m["cases"], m["sdp_cases"]
+    assert len(sdp) >= 2 and {0.5, 1.0} <= {c["sdp_ratio"] for c in sdp}
+    assert len({(c["source"], c["sdp_ratio"]) for c in sdp}) == len(sdp)
+    for j, c in enumerate(sdp):
+        src = cases[c["source"]]
+        for name in ("text", "language", "sid", "style_id", "style_weight", "length_scale", "n_phones", "hop"):
+            assert c[name] == src[name], name  # the source case's inputs and settings
+        assert c["noise_scale"] == c["noise_scale_w"] == 0.0 and 0.0 < c["sdp_ratio"] <= 1.0
+        k = f"{variant}/sdp/{j}"
+        d = arrays[f"{k}/durations"]
+        assert d.dtype == np.int32 and d.shape == (c["n_phones"],) and d.min() >= 1 and d.sum() == c["n_frames"]
+        assert np.median(d) >= 2  # a few frames per position
+        assert c["positions_differing_from_dp"] > 0  # the SDP changed the durations
+        assert not np.array_equal(d, arrays[f"{variant}/{c['source']}/durations"])
+        assert 1e-4 < c["durations_margin"] <= 0.5  # no frame count within 1e-4 of flipping
+        wave = arrays[f"{k}/wave"]
+        assert wave.dtype == np.float32 and wave.shape == (c["n_frames"] * c["hop"],) == (c["n_samples"],)
+        assert np.isfinite(wave).all() and 0.01 < np.abs(wave).max() < 1.0
+    assert not [k for k in arrays if "/sdp/" in k and k.split("/")[-1] not in ("durations", "wave")]
 
 def _weights_module():
     import importlib.util

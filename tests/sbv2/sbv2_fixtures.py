@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -209,3 +209,19 @@ def batch_inputs(cases: list[Case], style_vecs: list[np.ndarray] | None = None) 
         style_vec=torch.from_numpy(np.stack(svs)), sid=torch.tensor([c.meta["sid"] for c in cases]),
         length_scale=[c.meta["length_scale"] for c in cases],
     )
+
+
+def sdp_cases(cases: list[Case]) -> list[Case]:
+    """The variant's stochastic-duration-predictor cases (synth.json `sdp_cases`, noise 0,
+    sdp_ratio > 0): the inputs of case `source` (its BERT features too), with the reference's
+    durations and wave for that sdp_ratio (`VARIANT/sdp/J/...`)."""
+    if not cases:
+        return []
+    variant = cases[0].variant
+    a = arrays()
+    out = []
+    for j, c in enumerate(meta()["models"][variant].get("sdp_cases", [])):
+        src = cases[c["source"]]
+        out.append(replace(src, meta={**src.meta, **c}, wave=a[f"{variant}/sdp/{j}/wave"],
+                           durations=a[f"{variant}/sdp/{j}/durations"]))
+    return out

@@ -50,6 +50,26 @@ def test_padded_batch_rows_equal_solo_and_reference(sbv2_checkpoints, sbv2_cases
 
 
 @pytest.mark.parametrize("variant", fx.VARIANTS)
+def test_padded_batch_of_sdp_cases_rows_equal_solo_and_reference(sbv2_checkpoints, sbv2_cases, variant):
+    """The stochastic duration predictor's cases (noise 0, per-row sdp_ratio 0.5 / 1.0) in a
+    padded batch, in both orders, and mixed with the sdp_ratio = 0 cases: every row equals its
+    solo output (last 100 ms included) and the reference's wave, with the reference's durations."""
+    ck = sbv2_checkpoints[variant]
+    plain = [with_bert(c) for c in sbv2_cases[variant]]
+    sdp = [with_bert(c) for c in fx.sdp_cases(plain)]
+    assert len(sdp) >= 2
+    batches = [sdp, sdp[::-1], plain + sdp]
+    for cases in batches:
+        kw = {"noise_scale": 0.0, "noise_scale_w": 0.0, "sdp_ratio": [c.meta["sdp_ratio"] for c in cases]}
+        out, diffs = check_rows_equal_solo(ck, cases, list(range(len(cases))), **kw)
+        print(variant, kw["sdp_ratio"], [f"case {i}: all {a:.1e} last-100ms {t:.1e}" for i, a, t in diffs])
+        for row, (case, wave) in enumerate(zip(cases, rows(out))):
+            assert wave.shape == case.wave.shape and float(np.abs(wave - case.wave).max()) <= TOL
+            np.testing.assert_array_equal(out.durations[row, : len(case.durations)].numpy().astype(np.int32),
+                                          case.durations)
+
+
+@pytest.mark.parametrize("variant", fx.VARIANTS)
 def test_seeded_noise_is_per_row(sbv2_checkpoints, sbv2_cases, variant):
     """Noise on (prior, duration noise through the stochastic predictor): each row equals its
     solo run with the same seed, whatever its batch mates, and a seed repeats exactly."""

@@ -1,6 +1,7 @@
 """Our SBV2 synthesizer equals the reference (style-bert-vits2 2.5.0) on the recorded fixtures:
 every case of both variants, same length and max |diff| <= 1e-4 with noise 0, and stage by stage
-(BERT features, durations, expanded prior, flow output) where recorded."""
+(BERT features, durations, expanded prior, flow output) where recorded; the stochastic duration
+predictor too (the `sdp_cases`: noise 0, sdp_ratio 0.5 and 1.0, same durations and wave)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sbv2_fixtures import batch_inputs, with_bert
 
 TOL = 1e-4
 CASES = [(v, i) for v in fx.VARIANTS for i in range(4)]
+SDP_CASES = [(v, j) for v in fx.VARIANTS for j in range(len(fx.meta()["models"][v].get("sdp_cases", [])))]
 
 
 def synth(ck, cases, keep_stages=False, **kw):
@@ -31,6 +33,25 @@ def test_single_sentence_equals_reference(sbv2_checkpoints, sbv2_cases, variant,
     np.testing.assert_array_equal(out.durations[0].numpy().astype(np.int32), case.durations)
     diff = float(np.abs(wave - case.wave).max())
     print(f"{variant}/{i} {case.meta['text']!r}: {n} samples, max |diff| {diff:.2e}")
+    assert diff <= TOL
+
+
+@pytest.mark.parametrize("variant,j", SDP_CASES, ids=[f"{v}-sdp{j}" for v, j in SDP_CASES])
+def test_stochastic_duration_predictor_equals_reference(sbv2_checkpoints, sbv2_cases, variant, j):
+    """noise_scale = noise_scale_w = 0 and sdp_ratio > 0: durations are
+    ceil(exp(sdp * r + dp * (1 - r)) * length), deterministic; the same as the reference's."""
+    ck = sbv2_checkpoints[variant]
+    case = with_bert(fx.sdp_cases(sbv2_cases[variant])[j])
+    ratio = case.meta["sdp_ratio"]
+    assert ratio > 0 and case.meta["noise_scale"] == case.meta["noise_scale_w"] == 0.0
+    out = synth(ck, [case], sdp_ratio=ratio)
+    n = int(out.wave_lengths[0])
+    wave = out.wave[0, 0, :n].numpy()
+    assert wave.shape == case.wave.shape  # same length
+    np.testing.assert_array_equal(out.durations[0].numpy().astype(np.int32), case.durations)
+    diff = float(np.abs(wave - case.wave).max())
+    print(f"{variant}/sdp/{j} (case {case.index}, sdp_ratio {ratio}) {case.meta['text']!r}: "
+          f"{n} samples, max |diff| {diff:.2e}")
     assert diff <= TOL
 
 
@@ -75,7 +96,8 @@ def test_style_vectors_follow_sbv2s_rule(sbv2_checkpoints, sbv2_cases):
 
 @pytest.mark.cuda
 def test_cuda_equals_reference(sbv2_checkpoints, sbv2_cases):
-    """The same model on a CUDA device (fp32), a padded batch per variant, against the reference."""
+    """The same model on a CUDA device (fp32), a padded batch per variant (the sdp_ratio = 0 cases
+    and the stochastic-duration cases, per-row sdp_ratio), against the reference."""
     import copy
 
     import torch
@@ -83,10 +105,12 @@ def test_cuda_equals_reference(sbv2_checkpoints, sbv2_cases):
     for variant, ck in sbv2_checkpoints.items():
         model = copy.deepcopy(ck.model).cuda()
         cases = [with_bert(c) for c in sbv2_cases[variant]]
+        cases += [with_bert(c) for c in fx.sdp_cases(cases)]
+        ratios = [c.meta["sdp_ratio"] for c in cases]
         args = batch_inputs(cases)
         args = {k: ({lang: f.cuda() for lang, f in v.items()} if k == "bert" else
                     v.cuda() if isinstance(v, torch.Tensor) and k != "x_lengths" else v) for k, v in args.items()}
-        out = model.infer(**args, noise_scale=0.0, noise_scale_w=0.0, sdp_ratio=0.0)
+        out = model.infer(**args, noise_scale=0.0, noise_scale_w=0.0, sdp_ratio=ratios)
         for i, case in enumerate(cases):
             wave = out.wave[i, 0, : int(out.wave_lengths[i])].cpu().numpy()
             assert wave.shape == case.wave.shape
