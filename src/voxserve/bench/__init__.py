@@ -6,7 +6,7 @@ Three suites (suites.py), each over arms from one configuration table (arms.py):
 3. stream: time to first audio and total time for short, medium and long texts.
 Every figure is also a ratio to the Piper reference measured in the same run.
 
-    voxserve bench --quick                      # < 2 min on 2 CPU cores
+    voxserve bench --quick                      # the main rows only
     voxserve bench --json out.json --plot plots/
     voxserve bench --markdown docs/benchmarks.md --plot docs/benchmarks   # refresh the docs
     voxserve bench --device cuda --out $OUT     # report.md + bench.json + PNGs
@@ -87,7 +87,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="the quick subset (about a minute on 2 idle CPU cores): the table's quick rows, "
+        help="the quick subset: the table's quick rows, "
         + ", ".join(f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in QUICK.items()),
     )
     p.add_argument(

@@ -390,7 +390,7 @@ def run_bench(
 
 def spread(obj) -> float | None:
     """Median over every timed figure of max/min of its runs: how repeatable this run was
-    (about 1.1 on a quiet machine; far more when other processes compete for the CPUs)."""
+    (close to 1 on a quiet machine; far more when other processes compete for the CPUs)."""
     ratios: list[float] = []
 
     def walk(o):

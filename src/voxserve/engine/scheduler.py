@@ -135,7 +135,8 @@ class SchedulerConfig:
     what a Piper voice's do). An item over 1.25x it runs alone, cut into pieces of about this
     cost by a VITS voice (exact joins; see "Cut sentences"); a Bark one runs whole.
     A batch cannot be interrupted, so this bounds how long a new request waits for the batch in
-    flight: 256 ids (about 3 s of audio) keeps that well under a second on a small CPU. On a
+    flight: 256 ids (about 3 s of audio) keeps that short on a small CPU (docs/serving.md,
+    "Figures behind the engine's defaults"). On a
     GPU, where a batch costs little more than one sentence, raise it (e.g. 4096)."""
     max_wait_ms: float = 2.0
     """Longest an item waits for companions before its batch starts anyway."""

@@ -2,19 +2,19 @@
 
 glibc returns every freed block over its mmap threshold (at most 32 MiB) to the kernel, so
 each decoder activation of a long sentence ([1, 32, 10^5+] floats) is a fresh mmap whose pages
-fault in on first touch: measured on a 2-core x86 VM, an element-wise add on such tensors ran
-4x slower than on reused memory. Turning mmap allocation off and raising the trim threshold
-makes freed activations stay in the heap and be reused, as ONNX Runtime's arena does.
+fault in on first touch, several times slower than reused memory (docs/benchmarks.md,
+"Figures behind the code's defaults"). Turning mmap allocation off and raising the trim
+threshold makes freed activations stay in the heap and be reused, as ONNX Runtime's arena does.
 The cost: the process keeps its peak heap. Disable with VOXSERVE_MALLOPT=0.
 
 OpenMP thread teams. Every thread that runs a parallel torch op keeps its own OpenMP team
 (libgomp: one helper thread per extra core, for the thread's life). Once the process holds
 more such threads than CPUs, libgomp stops spinning between parallel regions and parks its
-helpers on a futex, so each of the ~1,000 regions of a sentence pays a wake-up: measured on a
-2-core VM, a sentence synthesised on the inference worker thread took 1.3x as long as on the
-main thread (14,700 context switches for 14 sentences against none) just because the main
-thread had loaded and warmed the voice. `release_openmp_threads` frees the calling thread's
-team, so the worker thread's team is the only one and spins as the main thread's did.
+helpers on a futex, so each of a sentence's parallel regions pays a wake-up: the inference
+worker thread ran slower than the main thread just because the main thread had loaded and
+warmed the voice (docs/benchmarks.md, "Figures behind the code's defaults").
+`release_openmp_threads` frees the calling thread's team, so the worker thread's team is the
+only one and spins as the main thread's did.
 
 Per-thread team size. OpenMP's thread count (nthreads-var) is an ICV of each thread, and
 torch's parallel regions, oneDNN and MKL read the calling thread's. `set_thread_team(n)` sets
@@ -25,13 +25,12 @@ single-threaded batch each on a 2-core CPU, or one lane a batch on both cores.
 Thread priority. A batch cannot be interrupted, but the kernel can share a core between two
 threads. `lower_thread_priority` renices the calling thread (Linux nice is per thread): an
 urgent batch on a thread at the process's own priority then takes a core from the lowered
-ones at once. Measured on a 2-core Zen 3 VM with two threads synthesising at nice +10: a
-third thread at nice 0 synthesised a short sentence in 0.30 s (0.27 s on an idle machine,
-0.60 s at equal priority), and the three together made as much audio per second as the two.
+ones at once, at little cost to the total audio per second (docs/serving.md, "Engine",
+"Urgent lanes", has the probe).
 
 Busy machines. An OpenMP team of n threads stalls at every barrier when fewer than n cores are
 free: a thread descheduled for another process holds the whole team for its time slice, each
-of a sentence's ~1,000 regions. `fitted_team(n)` is the team a batch should use now: n when no
+of a sentence's parallel regions. `fitted_team(n)` is the team a batch should use now: n when no
 other process keeps a core busy, fewer when other processes' (not niced) CPU time over the last
 fraction of a second leaves fewer cores free; `cpu_team` applies it to one batch.
 """

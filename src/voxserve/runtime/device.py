@@ -33,8 +33,8 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 @functools.cache
 def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: oneDNN runs bf16 convolutions natively (the VITS decoder measured
-    1.8x its fp32 speed on a Zen 4 CPU). Without them bf16 is emulated and slower than fp32."""
+    """AVX512-BF16 or AMX: oneDNN runs bf16 convolutions natively, faster than fp32
+    (docs/precision.md, "bf16 on CPU"). Without them bf16 is emulated and slower than fp32."""
     cpu = getattr(torch, "cpu", None)
     try:
         return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())

@@ -4,17 +4,16 @@ oneDNN's 1-D convolution path reorders [B, C, T] activations into a blocked layo
 every call; for the decoder's long, narrow tensors ([1, 32, 10^5..10^6]) that reorder costs
 more than the convolution. A [B, C, 1, T] tensor in channels-last (NHWC) memory is what its
 fast kernels read directly, and pointwise ops (leaky_relu, add, mask) keep that layout, so
-activations stay channels-last from one convolution to the next. Measured on a 2-core x86 CPU:
-2-5x faster per convolution (see docs/benchmarks.md). The transform is numerically the same
-function (checked by tests to 1e-5).
+activations stay channels-last from one convolution to the next, which makes each convolution
+several times faster (docs/benchmarks.md, "Figures behind the code's defaults"). The transform
+is numerically the same function (checked by tests to 1e-5).
 
 GEMM convolutions (`convert_convs_gemm`, for the flow): a stride-1 convolution over a
 channels-last [B, T, C] activation is one matrix product, im2col [B*T, K*C] @ [K*C, O], and
-the im2col copy is small at the flow's frame rate (5 x 192 floats a frame). MKL's sgemm ran the
-flow's 192 -> 384, kernel-5 layers at 80-85 GFLOPS on one Zen 3 core where oneDNN's convolution
-(or, under ~100 frames, PyTorch's own slow path) ran at 50-75 (`/tmp` probe, T = 80-1200
-frames), and whole short sentences 5-7% sooner. The decoder keeps oneDNN: at 256 channels and
-below, over its long activations, oneDNN was as fast or faster (at 32 channels, 5x).
+the im2col copy is small at the flow's frame rate (5 x 192 floats a frame). At the flow's
+widths MKL's sgemm beats oneDNN's convolution (and PyTorch's own slow path on short inputs);
+at the decoder's narrow widths over long activations oneDNN is as fast or faster, so the
+decoder keeps it (docs/benchmarks.md, "Per stage, against Piper, on one core").
 """
 
 from __future__ import annotations

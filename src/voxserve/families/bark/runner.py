@@ -109,8 +109,9 @@ class _RowSampler:
                 continue
             row = out[i, ..., :n_valid] if n_valid is not None else out[i]
             # Gumbel noise -log(-log U), U ~ U[0, 1): U = 0 gives -inf (never picked), U < 1 keeps
-            # it finite, so -inf scores stay -inf and nothing becomes NaN. (4x cheaper on CPU than
-            # exponential_; the fine stage draws 1024 x 1024 of them per codebook pass.)
+            # it finite, so -inf scores stay -inf and nothing becomes NaN. (Cheaper on CPU than
+            # exponential_: docs/benchmarks.md, "Figures behind the code's defaults"; the fine
+            # stage draws 1024 x 1024 of them per codebook pass.)
             u = torch.rand(row.shape, dtype=torch.float32, device=out.device, generator=g)
             row.div_(t).sub_(u.log_().neg_().log_())
         return out

@@ -361,10 +361,10 @@ class BarkVoice(Voice):
     def cost(self, text: str) -> int:
         """Batching cost, on the scale of a VITS voice's phoneme ids: COST_PER_CHAR per
         Latin-character equivalent. Bark's work grows with the speech it generates (about 3.6
-        semantic tokens per character); a Piper voice's units cost 2.1 ids per character
-        (en_US-joe-medium over corpus/en_bench.jsonl), so with 2 per character the engine's
-        per-batch limit (`max_batch_phonemes`) holds about the same amount of text for either
-        family (256: about 128 characters, two or three sentences)."""
+        semantic tokens per character); a Piper voice's units cost about 2 ids per character
+        (docs/serving.md, "Figures behind the engine's defaults"), so with 2 per character the
+        engine's per-batch limit (`max_batch_phonemes`) holds about the same amount of text for
+        either family (256: about 128 characters, two or three sentences)."""
         return max(1, COST_PER_CHAR * speech_weight(text))
 
     def _item(self, text: str, speaker: str | None, temps: tuple[float, float, float], seed: int):

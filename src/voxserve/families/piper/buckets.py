@@ -2,8 +2,8 @@
 
 oneDNN (PyTorch's CPU convolution library) JIT-generates a kernel for every new input shape.
 Sentence lengths are all different, so without care every batch pays kernel generation for
-each of its ~30 distinct convolution layers: measured on a 2-core x86 CPU, 30% of the flow +
-decoder time on corpus texts with random seeds (against repeated shapes). Rounding lengths up
+each of its distinct convolution layers, a large share of the flow and decoder time (see
+docs/benchmarks.md, "Figures behind the code's defaults"). Rounding lengths up
 to a geometric series makes shapes repeat: the padded tail is masked (exact), costs at most
 `ratio - 1` extra work, and the primitive cache (raised to 4096 entries) then holds them all.
 """

@@ -132,8 +132,9 @@ def _masked(x: torch.Tensor, mask: Mask) -> torch.Tensor:
 
 def leaky_relu(x: torch.Tensor, slope: float) -> torch.Tensor:
     # On [B, C, T] tensors with channels-last strides (see runtime/layout.py) PyTorch's CPU
-    # leaky_relu takes a slow strided path (measured 3x slower); the transposed view is
-    # contiguous and gives the same values in the same memory layout.
+    # leaky_relu takes a slow strided path (docs/benchmarks.md, "Figures behind the code's
+    # defaults"); the transposed view is contiguous and gives the same values in the same
+    # memory layout.
     if x.dim() == 3 and not x.is_contiguous() and x.transpose(1, 2).is_contiguous():
         return F.leaky_relu(x.transpose(1, 2), slope).transpose(1, 2)
     return F.leaky_relu(x, slope)

@@ -17,9 +17,9 @@ class RuntimeOptions:
     single sentence longer than this is decoded in windows of it (exact: each window gets the
     decoder's receptive field of real context)."""
     cpu_decode_frames: int | None = 512
-    """CPU: a lower cap on max_decode_frames (None = none). The decoder's activations at 4096
-    frames took ~2 GB of peak RSS (`voxserve say` on a 4 KB text: 2.7 GB, 512: well under 1 GB,
-    no slower; see docs/benchmarks.md, 'Memory of voxserve say')."""
+    """CPU: a lower cap on max_decode_frames (None = none). On a CPU the decoder's activations
+    at 4096 frames dominate peak memory and shorter calls are no slower (docs/benchmarks.md,
+    'Memory of voxserve say')."""
     cpu_channels_last: bool = True
     """CPU: run the flow's and decoder's 1-D convolutions as channels-last 2-D convolutions."""
     cpu_gemm_convs: bool = True
@@ -52,9 +52,9 @@ class RuntimeOptions:
     computed with the flow's and decoder's receptive field of real context). 0 = off."""
     first_audio_split_frames: int = 1024
     """Shortest sentence (latent frames; 1024 ~ 12 s at 22 kHz) cut for first audio: a cut
-    costs extra work (~90 frames of flow, ~26 of decoder for Piper voices), which a saturated
-    server pays in throughput (measured at 8 clients on a 2-core CPU, when a cut cost 90
-    decoder frames: 512 cut most medium texts' first sentences and cost ~4% of throughput)."""
+    costs extra work (the flow's and decoder's context on both sides), which a saturated
+    server pays in throughput, so only long first sentences are cut (docs/benchmarks.md,
+    "Figures behind the code's defaults")."""
 
     def validate(self) -> "RuntimeOptions":
         if self.decode_layout not in ("auto", "packed", "padded"):

@@ -1,25 +1,15 @@
-"""Precision policy: which parts of VITS may run in fp16 / bf16, and the measurement behind it.
+"""Precision policy: which parts of VITS may run in fp16 / bf16.
 
 The model runs stage by stage in each top-level submodule's own dtype (VitsModel casts at the
 stage boundaries). Inside every stage, LayerNorm statistics and attention softmax are always
 computed in fp32 (families/piper/model.py), whatever the storage dtype.
 
-Measured with `precision_report` (scripts/precision-report: deterministic synthesis of 7 corpus
-sentences with the default voice, one submodule in half precision at a time, the rest fp32;
-SNR of the waveform against all-fp32 over the sentences whose length did not change; CPU
-emulation of the half arithmetic, 2026-11-29; table in docs/precision.md):
-
-    half module    fp16: SNR dB / lengths changed    bf16: SNR dB / lengths changed
-    enc_p          29.8 / 1 of 7                     9.4 / 6 of 7
-    dp             - / 3 of 7                        - / 7 of 7
-    flow           41.1 / 0                          24.7 / 0
-    dec            56.8 / 0                          39.7 / 0
-
-A changed length means ceil(exp(logw)) crossed an integer: the whole waveform shifts and the
-voice's timing differs from fp32. So the text encoder and the duration predictor (and the
-speaker embedding) always stay fp32 - together they are a few percent of the work. In fp16 the
-flow and the decoder (~95% of the work) run in half; in bf16 (8-bit mantissa) the flow stays
-fp32 too. Inside every stage LayerNorm statistics and softmax are fp32 (families/piper/model.py).
+`precision_report` (scripts/precision-report) measures each submodule in half precision
+against all-fp32; its table is in docs/precision.md. Half precision in the text encoder or the
+duration predictor changes durations (ceil(exp(logw)) crosses an integer: the whole waveform
+shifts), so they (and the speaker embedding) always stay fp32; they are a small part of the
+work. fp16 runs the flow and the decoder in half; bf16 (8-bit mantissa) loses too much in the
+flow, so only the decoder runs in it.
 """
 
 from __future__ import annotations

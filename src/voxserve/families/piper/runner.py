@@ -11,16 +11,16 @@ Decoder layouts (`decode_layout`):
   then cut apart. No padding work. Every convolution input is masked, so a gap of one
   convolution's reach (`decoder_gap_frames`) separates items exactly.
 * "padded": [B, C, F_max] with masks. Work grows with the length spread of the batch.
-On CPU, packed is the default (measured: padding a batch of corpus sentences costs 1.3-2x;
-see docs/benchmarks.md).
+On CPU, packed is the default: padding work grows with the batch's length spread (see
+docs/benchmarks.md, "Configurations side by side", row "decode_layout padded").
 
 Pieces (`run_pieces`, packed layout): a long item can be cut after a head (a stream's first
 audio) or into bounded pieces (the serving engine's max_batch_phonemes). The flow runs over
 each piece with `synth_context_frames` of real context on both sides (the flow's couplings and
 the decoder's receptive field), the decoder over only its own receptive field
-(`decode_context`), so the pieces join exactly at a cost of ~2 x 45 flow frames and ~2 x 13
-decoder frames per cut; the rest is a `VitsContinuation` holding the frame-level prior and
-noise on the device, run in a later batch like any item.
+(`decode_context`), so the pieces join exactly at the cost of that overlap per cut; the rest
+is a `VitsContinuation` holding the frame-level prior and noise on the device, run in a later
+batch like any item.
 """
 
 from __future__ import annotations
@@ -211,10 +211,10 @@ class VitsRunner(ResidentWeights):
         """Prepare for traffic. CUDA graphs: capture the whole grid. CPU: one real sentence
         through every stage, and with max_frames / max_tokens the synth stage at every frame
         bucket up to max_frames (largest first) and the encoder at every token bucket up to
-        max_tokens. A bucket's first use builds its oneDNN kernels (measured: 0.05-0.3 s of CPU
-        once per bucket and thread count), which traffic pays once, bucket by bucket; the sweep
-        of every bucket to 1024 frames took ~57 s and ~750 MB of RSS at start-up for that
-        (docs/benchmarks.md, "A lean server"), so by default it is not run."""
+        max_tokens. A bucket's first use builds its oneDNN kernels, once per bucket and thread
+        count; traffic pays that bucket by bucket, which costs less than sweeping every bucket
+        at start-up (time to /ready and RSS; docs/benchmarks.md, "A lean server"), so by
+        default the sweep is not run."""
         if isinstance(self.stages, GraphedStages) and not self.stages.emulate:
             self.stages.warmup()
         elif self.buckets and (max_frames or max_tokens):

@@ -76,8 +76,9 @@ class VitsVoice(Voice):
         split = split_sentences(self.frontend.normalize(text)) if silence else ()
         return limited(gen(), self.limits, split, silence)
 
-    # A low estimate of the audio per phoneme id at length scale 1 (Piper voices make
-    # 0.024-0.047 s per id over ordinary sentences): predictions refuse only clear excess.
+    # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make
+    # over ordinary sentences (docs/benchmarks.md, "Figures behind the code's defaults"), so
+    # predictions refuse only clear excess.
     _SECONDS_PER_ID = 0.02
 
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
