@@ -267,15 +267,20 @@ def _month_day(m: re.Match) -> str:
 
 
 def _day_month(m: re.Match) -> str:
-    return _date_words(MONTH_NAMES[m.group(2)], int(m.group(1)), m.group(3), day_first=True) or m.group(0)
+    words = _date_words(MONTH_NAMES[m.group(2)], int(m.group(1)), m.group(3), day_first=True)
+    if words is None:
+        return m.group(0)
+    # "the 4th of July": the article is already there
+    return words[len("the "):] if m.string[max(0, m.start() - 4):m.start()].lower() == "the " else words
 
 
 def _month_year(m: re.Match) -> str:
     return f"{MONTHS[MONTH_NAMES[m.group(1)] - 1]} {year(int(m.group(2)))}"
 
 
-_MERIDIEM = {"am": "a m", "pm": "p m", "a.m.": "a m", "p.m.": "p m", "AM": "a m", "PM": "p m",
-             "A.M.": "a m", "P.M.": "p m"}
+# espeak-ng says "a.m." as the letters, "am" and "AM" as the word, "a m" as the article: dots.
+_MERIDIEM = {"am": "a.m", "pm": "p.m", "a.m.": "a.m", "p.m.": "p.m", "AM": "a.m", "PM": "p.m",
+             "A.M.": "a.m", "P.M.": "p.m"}
 
 
 def _time(m: re.Match) -> str:
@@ -293,9 +298,8 @@ def _time(m: re.Match) -> str:
     if sec:
         words += f" and {cardinal(int(sec))} second" + ("" if int(sec) == 1 else "s")
     if mer:
-        words += " " + _MERIDIEM[mer]
-        if "." in mer:
-            words += _keep_period(m)
+        # the final dot, unless the text has one next ("at 7 pm." -> "seven p.m.")
+        words += " " + _MERIDIEM[mer] + ("" if m.string.startswith(".", m.end()) else ".")
     return words
 
 
@@ -472,11 +476,14 @@ _CAP = r"[A-Z][a-z]{1,30}"
 _RULES: list[tuple[re.Pattern, Handler]] = [
     # e-mail and URLs first: their dots, digits and hyphens are not numbers or sentence ends
     (re.compile(r"(?<![\w.@+-])[A-Za-z0-9][\w.+-]{0,63}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8}+(?<![.-])"), _email),
-    (re.compile(r"(?<![\w./@-])(?:[A-Za-z]{3,5}://[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}+|(?:[A-Za-z0-9][\w-]{0,62}\.){1,8}+(?:" + _alt(TLD) + r")(?![\w-]))"
+    (re.compile(r"(?<![\w./@-])(?:[A-Za-z]{3,5}://[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}+|(?:[A-Za-z0-9][\w-]{0,62}\.){1,8}(?:" + _alt(TLD) + r")(?![\w-]))"
                 r"(?::\d{1,5})?(?:[/?#][\w\-./?=&%#~+:]{0,200}(?<![.?:]))?"), _url),
     # phone numbers before ranges and negatives: "555-123-4567", "+1 (555) 123-4567"
     (re.compile(r"(?<![\w+(])(?:\+(?P<cc>\d{1,3})\s?)?(?:\((?P<a>\d{3})\)\s?|(?P<a2>\d{3})[-.])(?P<b>\d{3})[-.](?P<c>\d{4})(?![\w-])"),
      _phone),
+    # other international numbers: "+44 20 7946 0958", group by group
+    (re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}+(?![\w-])"),
+     lambda m: "plus " + ", ".join(digits(g) for g in re.findall(r"\d+", m.group(0)))),
     # dates and times
     (re.compile(r"(?<![\w.-])(\d{4})-(\d{2})-(\d{2})(?![\w-])"), _iso_date),
     (re.compile(r"(?<![\w./])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\w/])"), _slash_date),
