@@ -113,13 +113,12 @@ UNITS: dict[str, tuple[str, str]] = {
     "ft": ("foot", "feet"), "yd": ("yard", "yards"),
     "kg": ("kilogram", "kilograms"), "g": ("gram", "grams"), "mg": ("milligram", "milligrams"),
     "lb": ("pound", "pounds"), "lbs": ("pound", "pounds"), "oz": ("ounce", "ounces"),
-    "t": ("tonne", "tonnes"),
     "l": ("liter", "liters"), "L": ("liter", "liters"), "ml": ("milliliter", "milliliters"),
     "mL": ("milliliter", "milliliters"),
     "mph": ("mile per hour", "miles per hour"), "km/h": ("kilometer per hour", "kilometers per hour"),
     "kph": ("kilometer per hour", "kilometers per hour"), "m/s": ("meter per second", "meters per second"),
     "°C": ("degree Celsius", "degrees Celsius"), "°F": ("degree Fahrenheit", "degrees Fahrenheit"),
-    "°": ("degree", "degrees"), "K": ("kelvin", "kelvins"),
+    "°": ("degree", "degrees"),
     "ms": ("millisecond", "milliseconds"), "s": ("second", "seconds"), "sec": ("second", "seconds"),
     "min": ("minute", "minutes"), "h": ("hour", "hours"), "hr": ("hour", "hours"), "hrs": ("hour", "hours"),
     "KB": ("kilobyte", "kilobytes"), "kB": ("kilobyte", "kilobytes"),
@@ -130,8 +129,7 @@ UNITS: dict[str, tuple[str, str]] = {
     "V": ("volt", "volts"), "mA": ("milliamp", "milliamps"),
     "%": ("percent", "percent"),
 }
-# units that are a letter or two of a word: only straight after the number ("5s" is a decade-ish
-# plural, "5 s" is ambiguous in prose too, but seconds are what a number then " s" means)
+# longest first, so that "km/h" is tried before "km" and "ms" before "m"
 _UNIT_ALT = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -141,6 +139,7 @@ MONTH_NAMES.update({m[:3]: i for i, m in enumerate(MONTHS, 1)})
 MONTH_NAMES["Sept"] = 9
 _MONTH_ALT = "|".join(sorted(MONTH_NAMES, key=len, reverse=True))
 
+SLASH_IDIOMS = {"24/7": "twenty-four seven", "9/11": "nine eleven", "50/50": "fifty-fifty", "365/24/7": "three sixty-five twenty-four seven"}
 FRACTIONS = {2: ("half", "halves"), 4: ("quarter", "quarters")}
 VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅛": (1, 8), "⅜": (3, 8),
           "⅝": (5, 8), "⅞": (7, 8), "⅕": (1, 5)}
@@ -161,12 +160,14 @@ REGNAL_NAMES = ("Henry", "Louis", "Edward", "George", "Elizabeth", "Charles", "J
                 "Urban", "Boniface", "Alexander", "Philip", "Frederick", "Napoleon", "Peter", "Catherine",
                 "Nicholas", "Ivan", "Mary", "Victoria", "Ferdinand", "Isabella", "Alfonso", "Juan Carlos",
                 "Carl", "Gustav", "Olav", "Harald", "Christian", "Wilhelm", "Otto", "Ramesses", "Ramses",
-                "Constantine", "Justinian", "Selim", "Mehmed", "Suleiman", "Francis", "Pope", "Robert",
+                "Constantine", "Justinian", "Selim", "Mehmed", "Suleiman", "Francis", "Robert",
                 "David", "Malcolm", "Stephen", "Anne", "Sancho", "Pedro", "Manuel", "Rama", "Haakon",
                 "Eric", "Magnus", "Sigismund", "Casimir", "Ludwig", "Maximilian", "Rudolf", "Leopold",
                 "Joseph", "Franz", "Umberto", "Vittorio Emanuele", "Victor Emmanuel", "Amenhotep",
                 "Thutmose", "Cleopatra", "Ptolemy", "Antiochus", "Seleucus", "Darius", "Xerxes", "Cyrus",
                 "Artaxerxes", "Tiglath-Pileser", "Shalmaneser", "Sargon", "Nebuchadnezzar")
+
+PHONE_CONTEXT = ("call", "Call", "dial", "Dial", "phone", "Phone", "tel", "Tel", "fax", "Fax")
 
 # Abbreviations read by context. (abbreviation without its period, reading before a name,
 # reading after a name or number): "St. Louis" -> Saint, "Baker St." -> Street.
@@ -441,7 +442,7 @@ def _latin(m: re.Match) -> str:
 
 
 def _bare(m: re.Match) -> str:
-    return BARE_ABBREVIATIONS[m.group(1)]
+    return BARE_ABBREVIATIONS[m.group(1) or m.group(2)]
 
 
 def _phone(m: re.Match) -> str:
@@ -470,6 +471,7 @@ def _alt(words) -> str:
 
 _ROMAN = r"(?=[MDCLXVI])M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})"
 _ROMAN2 = r"(?=[MDCLXVI]{2}|[VX]\b)" + _ROMAN[len("(?=[MDCLXVI])"):]  # II, IV, V, X, ... (not "I")
+_ROMAN_NOT_LETTER = r"(?![CDLM]\b)"  # "Appendix C", "Part D", "Class M" are letters, not 100, 500, 1000
 _CAP = r"[A-Z][a-z]{1,30}"
 
 # (pattern, handler), applied in order over the whole text
@@ -481,6 +483,9 @@ _RULES: list[tuple[re.Pattern, Handler]] = [
     # phone numbers before ranges and negatives: "555-123-4567", "+1 (555) 123-4567"
     (re.compile(r"(?<![\w+(])(?:\+(?P<cc>\d{1,3})\s?)?(?:\((?P<a>\d{3})\)\s?|(?P<a2>\d{3})[-.])(?P<b>\d{3})[-.](?P<c>\d{4})(?![\w-])"),
      _phone),
+    # a seven-digit local number, only after a word that says it is one ("call 555-0199")
+    (re.compile(r"\b(" + _alt(PHONE_CONTEXT) + r")(:? )(\d{3})-(\d{4})(?![\w-])"),
+     lambda m: f"{m.group(1)}{m.group(2)}{digits(m.group(3))}, {digits(m.group(4))}"),
     # other international numbers: "+44 20 7946 0958", group by group
     (re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}+(?![\w-])"),
      lambda m: "plus " + ", ".join(digits(g) for g in re.findall(r"\d+", m.group(0)))),
@@ -498,14 +503,15 @@ _RULES: list[tuple[re.Pattern, Handler]] = [
     # decades and ordinals
     (re.compile(r"(?<![\w.,'])(?:'|(\d{2}))?(\d)0s(?!\w)"), _decade),
     (re.compile(r"(?<![\w.,])(" + _NUM + r")(?:st|nd|rd|th)(?!\w)"), _ordinal),
-    # fractions: "3/4", "1 1/2", "½"
+    # fractions: "3/4", "1 1/2", "½"; "24/7" and the like are said as words
+    (re.compile(r"(?<![\w./])(" + _alt(SLASH_IDIOMS) + r")(?![\w/])"), lambda m: SLASH_IDIOMS[m.group(1)]),
     (re.compile(r"(?<![\w./])(?:(\d{1,3}) )?(\d{1,3})/(\d{1,3})(?![\w/]|\.\d)"), _fraction),
     (re.compile(r"(?<![\w.])(?:(\d{1,3}) ?)?([" + "".join(VULGAR) + r"])"), _vulgar),
     # years: "in 1990", "1990-2000"
     (re.compile(r"\b(" + _alt(YEAR_CONTEXT) + r") (1\d{3}|20\d{2})(?![\w,.]?\d|\s?(?:" + _UNIT_ALT + r")(?![\w/]))"), _year_in_context),
-    (re.compile(r"(?<![\w.,-])(1\d{3}|20\d{2})-(1\d{3}|20\d{2})(?![\w.,]?\d)"), _year_range),
+    (re.compile(r"(?<![\w.,-])(1\d{3}|20\d{2})[-–](1\d{3}|20\d{2})(?![\w.,]?\d)"), _year_range),
     # ranges and quantities with units: "10-20 km", "5 km", "-3.5°C", "45%"
-    (re.compile(r"(?<![\w.,-])(?P<neg>-)?(?P<a>" + _NUM + r")(?:\.(?P<af>\d{1,15}))?-(?P<b>" + _NUM + r")(?:\.(?P<bf>\d{1,15}))?" +
+    (re.compile(r"(?<![\w.,-])(?P<neg>-)?(?P<a>" + _NUM + r")(?:\.(?P<af>\d{1,15}))?[-–](?P<b>" + _NUM + r")(?:\.(?P<bf>\d{1,15}))?" +
                 r"(?![\w-]|[.,]\d)(?:\s?(?P<unit>" + _UNIT_ALT + r")(?![\w/]))?"), _range),
     (re.compile(r"(?:(?<![\w.,-])(?P<neg>-))?(?<![\w.,])(?P<int>" + _NUM + r")(?:\.(?P<frac>\d{1,15}))?"
                 r"\s?(?P<unit>" + _UNIT_ALT + r")(?![\w/])"), _quantity),
@@ -518,7 +524,7 @@ _RULES: list[tuple[re.Pattern, Handler]] = [
     (re.compile(r"(?:(?<![\w.,-])(?P<neg>-))?(?<![\w.,])(?P<int>" + _NUM + r")(?:\.(?P<frac>\d{1,15}))?(?![\w]|[.,]\d)"), _number),
     (re.compile(r"(?<!\d)\d{16,}+"), _long_digits),
     # Roman numerals, only where unambiguous
-    (re.compile(r"\b(" + _alt(ROMAN_KEYWORDS) + r") (" + _ROMAN + r")\b(?!-)"), _roman_keyword),
+    (re.compile(r"\b(" + _alt(ROMAN_KEYWORDS) + r") " + _ROMAN_NOT_LETTER + "(" + _ROMAN + r")\b(?!-)"), _roman_keyword),
     (re.compile(r"\b(" + _alt(REGNAL_NAMES) + r") (" + _ROMAN2 + r")\b('s)?(?![\w'-])"), _roman_regnal),
     (re.compile(r"\b(" + _alt(REGNAL_NAMES) + r") (I)()(?=[,.;:!?)]|$| of\b| and\b)"), _roman_regnal),
     # abbreviations
@@ -527,7 +533,7 @@ _RULES: list[tuple[re.Pattern, Handler]] = [
                 r")\.(?:(?=\s(?P<next>[A-Z]))|(?!\w))"), _context_abbreviation),
     (re.compile(r"\b(" + _alt(TITLES) + r")\.(?=\s[A-Z])"), _title),
     (re.compile(r"\b(" + _alt(WORD_ABBREVIATIONS) + r")\.(?!\w)"), _word_abbreviation),
-    (re.compile(r"(?<![\w/])(vs|w/o|w/)(?=\s)|(?<=\s)(&)(?=\s)"), lambda m: BARE_ABBREVIATIONS[m.group(1) or m.group(2)]),
+    (re.compile(r"(?<![\w/])(vs|w/o|w/)(?=\s)|(?<=\s)(&)(?=\s)"), _bare),
 ]
 
 
