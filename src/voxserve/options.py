@@ -142,6 +142,9 @@ class SynthesisOptions:
     """Durations mix the stochastic (sdp_ratio) and the deterministic predictor (1 - sdp_ratio)."""
     language: str | None = name_field(8, "language of the text, for voices that speak several (Style-Bert-VITS2: JP, EN)")
     """None = the voice's own language; a voice refuses one it cannot speak (400)."""
+    normalize: bool | None = boolean_field("read numbers, dates, units, abbreviations, URLs as words (English voices); false: text as written")
+    """None = true: Piper voices speak `voxserve.text.normalize_text`'s form of the text;
+    other families, and voices of other languages, read the text as they always do."""
 
     def validate(self) -> "SynthesisOptions":
         """Check every set field against its rule; InvalidOptionError names the first bad one."""

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from ..errors import EmptyTextError, UnpronounceableTextError
 from .ids import PhonemeIdMapper
-from .normalize import normalize
+from .normalize import expand_abbreviations, normalize_unicode
 from .phonemize import phonemize
 from .split import split_long, split_sentences
+from .spoken import normalize_text
 
 DEFAULT_MAX_PHONEMES = 400
 MIN_MAX_PHONEMES = 16
@@ -51,14 +52,22 @@ class TextFrontend:
         self.max_phonemes = max_phonemes
         self.to_ids = PhonemeIdMapper(phoneme_id_map)
 
-    def normalize(self, text: str) -> str:
-        return normalize(text, self.espeak_voice)
+    def normalize(self, text: str, spoken: bool = True) -> str:
+        """Typography (`normalize_unicode`), then, with `spoken`, the spoken form
+        (`normalize_text`: numbers, dates, units, ... as words; English voices only), then the
+        title abbreviations left. The spoken pass runs before splitting, so that "Dr. Smith"
+        and "3.5" reach the splitter as "Doctor Smith" and "three point five"."""
+        text = normalize_unicode(text)
+        if spoken:
+            text = normalize_text(text, self.espeak_voice)
+        return expand_abbreviations(text, self.espeak_voice)
 
     def phonemize(self, text: str) -> list[str]:
         return phonemize(text, self.espeak_voice, self.phoneme_map, self.vowel_clusters)
 
-    def iter_sentences(self, text: str) -> Iterator[Sentence]:
-        """Lazily, in order. Sentences with nothing to say ("...", emoji) are skipped."""
+    def iter_sentences(self, text: str, spoken: bool = True) -> Iterator[Sentence]:
+        """Lazily, in order. Sentences with nothing to say ("...", emoji) are skipped.
+        `spoken=False` reads the text as written (no `normalize_text`)."""
         cache: dict[str, list[str]] = {}
 
         def phon(t: str) -> list[str]:
@@ -66,7 +75,7 @@ class TextFrontend:
                 cache[t] = self.phonemize(t)
             return cache[t]
 
-        for sent in split_sentences(self.normalize(text)):
+        for sent in split_sentences(self.normalize(text, spoken)):
             cache.clear()
             pieces = split_long(sent, self.max_phonemes, lambda t: len(phon(t)))
             for piece in pieces:
@@ -74,10 +83,10 @@ class TextFrontend:
                 if _has_speech(ph):
                     yield Sentence(piece, tuple(ph), tuple(self.to_ids(ph)))
 
-    def sentences(self, text: str) -> list[Sentence]:
+    def sentences(self, text: str, spoken: bool = True) -> list[Sentence]:
         """All sentences; raises EmptyTextError / UnpronounceableTextError."""
         check_text(text)
-        out = list(self.iter_sentences(text))
+        out = list(self.iter_sentences(text, spoken))
         if not out:
             raise UnpronounceableTextError(text)
         return out

@@ -63,17 +63,18 @@ class VitsVoice(Voice):
         check_text(text)
         opts = (options or SynthesisOptions()).validate()
         self.speaker_id(opts.speaker)  # unknown speaker: fail now, not mid-stream
+        spoken = opts.normalize is not False  # None (unset) reads numbers, dates, ... as words
 
         def gen() -> Iterator[Unit]:
             n = 0
-            for n, s in enumerate(self.frontend.iter_sentences(text), start=1):
+            for n, s in enumerate(self.frontend.iter_sentences(text, spoken), start=1):
                 item = self._item(s.ids, opts, n - 1)
                 yield Unit(n - 1, s.text, len(s.ids), item, len(s.ids) * self._SECONDS_PER_ID * item.length_scale)
             if n == 0:
                 raise UnpronounceableTextError(text)
 
         silence = self.silence_after(opts)
-        split = split_sentences(self.frontend.normalize(text)) if silence else ()
+        split = split_sentences(self.frontend.normalize(text, spoken)) if silence else ()
         return limited(gen(), self.limits, split, silence)
 
     # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make
