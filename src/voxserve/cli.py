@@ -33,6 +33,23 @@ def _named(parse, name: str):
     return f
 
 
+def load_option_args(p: argparse.ArgumentParser) -> None:
+    """A flag for every family's load option (voxserve.families.load_options: `--bert-dir`)."""
+    from .families import load_options
+
+    for opt in load_options().values():
+        env = f" [env {opt.env}]" if opt.env else ""
+        p.add_argument("--" + opt.name.replace("_", "-"), dest=opt.name, default=None,
+                       metavar="DIR" if opt.path else opt.name.upper(), help=opt.help + env)
+
+
+def load_options_from(ns: argparse.Namespace) -> dict:
+    """The family load options given on the command line (for load_voice)."""
+    from .families import load_options
+
+    return {k: getattr(ns, k) for k in load_options() if getattr(ns, k, None) is not None}
+
+
 def options_from(ns: argparse.Namespace, options_type: type = SynthesisOptions):
     return options_type(**{name: getattr(ns, name) for name in option_rules(options_type)})
 
@@ -59,7 +76,7 @@ def cmd_say(ns: argparse.Namespace) -> int:
     check_output(ns.output)
     fmt = check_format(ns.format) if ns.format else ("wav" if ns.output == "-" else format_from_path(Path(ns.output)))
     limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
-    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits)
+    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits, **load_options_from(ns))
     units = list(voice.units(text, options))  # front end for the whole text; audio streams below
     silence = voice.silence_after(options)
 
@@ -107,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("text", nargs="?", help="text to say (or -f FILE, or stdin)")
     say.add_argument("-f", "--file", help="read the text from FILE ('-' = stdin)")
     say.add_argument("-o", "--output", default="out.wav", help="output file, '-' for stdout (default out.wav)")
-    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, or bark:DIR for a local Bark checkpoint (default en_US-joe-medium)")
+    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, bark:DIR (a local Bark checkpoint) or sbv2:DIR (a Style-Bert-VITS2 model folder; with --bert-dir) (default en_US-joe-medium)")
     say.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "pcm"], help="default: from -o's extension")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     say.add_argument("--dtype", default=None, help="fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)")
@@ -118,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"refuse a sentence whose audio would pass this (default {Limits.max_sentence_audio_seconds:g})")
     say.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar (default: on a terminal, for more than 3 sentences)")
+    load_option_args(say)
     options_args(say)
     say.set_defaults(func=cmd_say)
 

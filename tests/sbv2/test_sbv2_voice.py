@@ -205,3 +205,21 @@ def test_bert_dir_from_the_environment(sbv2_folders, sbv2_bert_root, monkeypatch
     monkeypatch.setenv("VOXSERVE_SBV2_BERT_DIR", str(sbv2_bert_root))
     v = voxserve.load_voice(f"sbv2:{sbv2_folders['multilingual']}", device="cpu")
     assert v.languages == ["JP", "EN"]
+
+
+def test_say_takes_the_bert_dir_and_the_style_flags(sbv2_folders, sbv2_bert_root, tmp_path, capsys):
+    import soundfile as sf
+
+    from voxserve.cli import main
+
+    out = tmp_path / "a.wav"
+    text = "今日はいい天気ですね。"
+    rc = main(["say", text, "--voice", f"sbv2:{sbv2_folders['jp_extra']}", "--bert-dir", str(sbv2_bert_root),
+               "--style", "Sad", "--noise-scale", "0", "--noise-w", "0", "--sdp-ratio", "0", "-o", str(out)])
+    assert rc == 0
+    got, sr = sf.read(out, dtype="float32")
+    want = voxserve.load_voice(f"sbv2:{sbv2_folders['jp_extra']}", device="cpu", bert_dir=sbv2_bert_root).synthesize(
+        text, SynthesisOptions(style="Sad", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
+    assert sr == 44100 and len(got) == len(want.samples)
+    assert main(["say", "x", "--voice", str(sbv2_folders["jp_extra"]), "-o", str(out)]) == 2
+    assert "use --voice sbv2:" in capsys.readouterr().err

@@ -93,7 +93,7 @@ class ServeSettings:
 _HELP = {
     "host": "address to bind (default 127.0.0.1: this machine only)",
     "port": "TCP port",
-    "voices": "voice to load: a registry name, bark:DIR, a Piper .onnx path, or NAME=SOURCE to name it "
+    "voices": "voice to load: a registry name, bark:DIR, sbv2:DIR, a Piper .onnx path, or NAME=SOURCE to name it "
               "(repeatable; the first is the default)",
     "device": "cpu, cuda, cuda:N or auto",
     "dtype": "fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)",
@@ -168,6 +168,9 @@ def add_parser(sub) -> None:
         else:
             p.add_argument(flag, dest=f.name, type=_scalar_type(f.name), default=None, help=help_)
     p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
+    from ..cli import load_option_args
+
+    load_option_args(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -183,7 +186,7 @@ def parse_voice_spec(spec: str) -> tuple[str | None, str]:
     return None, spec
 
 
-def load_voices(settings: ServeSettings) -> dict:
+def load_voices(settings: ServeSettings, family_options: dict | None = None) -> dict:
     """The voices to serve, by the name requests use. A voice loaded from a path (PREFIX:PATH
     such as bark:DIR, a Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
     registered in this process's registry, so the name resolves to what the server loaded.
@@ -193,6 +196,7 @@ def load_voices(settings: ServeSettings) -> dict:
     from ..voices.registry import register_voice, resolve_voice, voice_sources
 
     runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
+    family_options = family_options or {}  # e.g. bert_dir (voxserve.families.load_options)
     voices: dict = {}
     origin: dict[str, str] = {}
     for spec in settings.voices:
@@ -202,7 +206,7 @@ def load_voices(settings: ServeSettings) -> dict:
             raise ValueError(hint)
         src = resolve_voice(source)  # the operator's command line: paths allowed here
         v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime,
-                       limits=settings.limits())
+                       limits=settings.limits(), **family_options)
         if name is not None:
             v.name = name
         if v.name in voices:
@@ -215,10 +219,10 @@ def load_voices(settings: ServeSettings) -> dict:
     return voices
 
 
-def build_engine(settings: ServeSettings):
+def build_engine(settings: ServeSettings, family_options: dict | None = None):
     from ..engine import Engine
 
-    return Engine(load_voices(settings), settings.engine_config())
+    return Engine(load_voices(settings, family_options), settings.engine_config())
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -232,7 +236,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
     app_config = settings.app_config()
     try:
-        engine = build_engine(settings)
+        from ..cli import load_options_from
+
+        engine = build_engine(settings, load_options_from(ns))
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag
         raise ValueError(str(e)) from None

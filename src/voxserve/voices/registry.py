@@ -102,7 +102,7 @@ def available_voices() -> list[str]:
 def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = True) -> VoiceSource:
     """A name (or, if allowed, a path / PREFIX:path) -> its source. Unknown -> UnknownVoiceError;
     a path its family cannot load (files missing) -> VoiceLoadError."""
-    from ..families import family_for_path, family_for_prefix, is_prefix
+    from ..families import family_for_path, family_for_prefix, is_prefix, source_hint
 
     if name_or_path is None:
         name_or_path = DEFAULT_VOICE
@@ -125,4 +125,6 @@ def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = Tr
             if fam.check is not None:
                 fam.check(src)
             return src
+        if hint := source_hint(p):  # a family's folder given without its prefix
+            raise VoiceLoadError(hint)
     raise UnknownVoiceError(key, sorted(sources))

@@ -10,6 +10,7 @@ imported only when a voice loads.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ...voices.registry import VoiceSource
@@ -26,7 +27,11 @@ def _source(path: Path, name: str | None = None) -> VoiceSource:
 def _hint(path: Path) -> str | None:
     """A checkpoint directory given without its prefix."""
     cfg = path.expanduser() / "config.json"
-    if cfg.is_file():
+    try:
+        bark = cfg.is_file() and json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "bark"
+    except (OSError, ValueError, AttributeError):
+        bark = False
+    if bark:
         return f"{path} is a directory: for a Bark checkpoint use --voice bark:{path}"
     return None
 
