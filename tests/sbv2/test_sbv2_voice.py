@@ -223,3 +223,16 @@ def test_say_takes_the_bert_dir_and_the_style_flags(sbv2_folders, sbv2_bert_root
     assert sr == 44100 and len(got) == len(want.samples)
     assert main(["say", "x", "--voice", str(sbv2_folders["jp_extra"]), "-o", str(out)]) == 2
     assert "use --voice sbv2:" in capsys.readouterr().err
+
+
+def test_the_padded_synthesizer_batch_equals_each_sentence_alone(voices, sbv2_cases):
+    """What a GPU runs (on a CPU sentences go one by one): one padded batch of every case, with
+    their features padded on the device, row by row equal to the reference."""
+    v = voices["multilingual"]
+    cases = all_cases(sbv2_cases, "multilingual")
+    units = [u for c in cases for u in v.resolve_components(list(v.units(c.meta["text"], case_options(c.meta))))]
+    assert len(units) == len(cases)
+    batched = v._synthesize_batch([u.payload for u in units])
+    for c, a in zip(cases, batched):
+        assert a.shape == c.wave.shape
+        assert float(np.abs(a - c.wave).max()) <= BOUND

@@ -256,8 +256,16 @@ class Sbv2Voice(Voice):
                         SynthesisOptions(seed=0))
 
     # ------------------------------------------------------------------ the model
-    @torch.inference_mode()
     def _synthesize(self, items: Sequence[Sbv2Item]) -> list[np.ndarray | BaseException]:
+        # On a CPU a padded synthesizer batch costs more than it saves (its convolutions already
+        # fill the cores at batch 1, and padding adds work): sentences run one by one there,
+        # their BERT still batched (docs/sbv2.md, "Speed").
+        if self.device.type == "cpu" and len(items) > 1:
+            return [a for it in items for a in self._synthesize_batch([it])]
+        return self._synthesize_batch(items)
+
+    @torch.inference_mode()
+    def _synthesize_batch(self, items: Sequence[Sbv2Item]) -> list[np.ndarray | BaseException]:
         if any(it.bert is None for it in items):
             raise RuntimeError("SBV2 units reached the synthesizer without BERT features "
                                "(run them through resolve_components or the engine)")
