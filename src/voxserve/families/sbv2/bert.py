@@ -133,6 +133,12 @@ class SbvBert(SharedComponent):
             enc = self.tokenizer(list(texts))
         return dict(enc), [len(ids) for ids in enc["input_ids"]]
 
+    def tokenize_words(self, text: str) -> list[str]:
+        """The tokenizer's pieces of one text (the front end's word split), under the same lock
+        as the worker's batch tokenisation."""
+        with self._tokenizer_lock:
+            return self.tokenizer.tokenize(text)
+
     def pad(self, enc: dict[str, list[list[int]]], rows: Sequence[int]) -> dict[str, torch.Tensor]:
         """Rows of `tokenize`'s output as one right-padded batch with its attention mask (host)."""
         with self._tokenizer_lock:

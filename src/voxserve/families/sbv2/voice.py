@@ -99,16 +99,11 @@ def _cut(sentence: str) -> list[str]:
     return [s for s in (c.strip() for c in out) if s]
 
 
-class _LockedTokenizer:
-    """The BERT's tokenizer for the front end's `.tokenize`, under the BERT's own lock (the
-    worker tokenises batches with it while requests run their front end)."""
+class _Words:
+    """`.tokenize` for the front end: the BERT's own locked word split."""
 
     def __init__(self, bert: SbvBert):
-        self._bert = bert
-
-    def tokenize(self, text: str) -> list[str]:
-        with self._bert._tokenizer_lock:
-            return self._bert.tokenizer.tokenize(text)
+        self.tokenize = bert.tokenize_words
 
 
 class Sbv2Voice(Voice):
@@ -125,7 +120,7 @@ class Sbv2Voice(Voice):
         self.sample_rate = ckpt.sample_rate
         self.jp_extra = ckpt.jp_extra
         self.berts = dict(berts)
-        self._tokenizers = {lang: _LockedTokenizer(b) for lang, b in self.berts.items()}
+        self._tokenizers = {lang: _Words(b) for lang, b in self.berts.items()}
         self._spk = sorted(ckpt.spk2id.items(), key=lambda kv: kv[1])
         self._styles = sorted(ckpt.style2id.items(), key=lambda kv: kv[1])
         self.default_language = "JP" if "JP" in self.berts else next(iter(self.berts))
