@@ -17,6 +17,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from ..engine.engine import EngineConfig
 from ..engine.scheduler import SchedulerConfig
@@ -191,6 +192,7 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
     registered in this process's registry, so the name resolves to what the server loaded.
     Two voices with one name are refused (the second would silently replace the first)."""
     from .. import RuntimeOptions, load_voice
+    from ..families import source_hint
     from ..voices.registry import register_voice, resolve_voice, voice_sources
 
     runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
@@ -200,8 +202,9 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
     for spec in settings.voices:
         name, source = parse_voice_spec(spec)
         from_path = source not in voice_sources()
-        src = resolve_voice(source)  # the operator's command line: paths allowed here (a family's
-        # folder without its prefix is a VoiceLoadError saying which prefix)
+        if from_path and (hint := source_hint(Path(source))):  # e.g. a Bark directory without its prefix
+            raise ValueError(hint)
+        src = resolve_voice(source)  # the operator's command line: paths allowed here
         v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime,
                        limits=settings.limits(), **family_options)
         if name is not None:
