@@ -44,6 +44,8 @@ from ..errors import (
 )
 from ..options import SynthesisOptions
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .playground import PATHS as PLAYGROUND_PATHS
+from .playground import mount_playground
 from .schemas import (
     MODEL_ID,
     OPENAI_MODELS,
@@ -58,7 +60,7 @@ from .schemas import (
 
 log = logging.getLogger(__name__)
 
-ROUTES = ("/v1/audio/speech", "/v1/synthesize", "/v1/voices", "/v1/models", "/health", "/ready", "/metrics")
+ROUTES = ("/", "/v1/audio/speech", "/v1/synthesize", "/v1/voices", "/v1/models", "/health", "/ready", "/metrics")
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class AppConfig:
     """HTTP-level settings (the engine has its own)."""
 
     api_key: str | None = None
-    """If set, every route except /health needs `Authorization: Bearer <key>`."""
+    """If set, every route except /health and the playground page (`/`, its assets) needs `Authorization: Bearer <key>`."""
     max_input_chars: int = 4096
     """Longer input is refused with 413 (OpenAI's limit for /v1/audio/speech is 4096)."""
     max_body_bytes: int = 1 << 20
@@ -235,7 +237,7 @@ class _Guard:
 
     def _check_key(self, scope, path: str):
         key = self.config.api_key
-        if not key or path == "/health":
+        if not key or path == "/health" or path in PLAYGROUND_PATHS:  # the page is public; its API calls send the key
             return None
         headers = dict(scope.get("headers") or [])
         got = headers.get(b"authorization", b"").decode("latin-1")
@@ -566,6 +568,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     async def metrics_route():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    mount_playground(app)
     app.add_middleware(_Guard, config=config, metrics=metrics)
     return app
 

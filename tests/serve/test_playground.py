@@ -1,0 +1,310 @@
+"""The web playground at `/`: its page and assets over HTTP (in-process, a fake voice), then the
+page itself in a real headless browser (Debian's chromium driven by Playwright) against the app
+served by uvicorn on a free loopback port, with the real default voice.
+
+Without chromium or playwright the browser tests skip, except under CI (env CI set), where they
+fail: CI must run them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from serve_fakes import FakeVoice
+from server_process import ROOT, free_port
+
+from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.serve.app import AppConfig, create_app
+from voxserve.serve.playground import ASSETS, CSP
+
+STATIC = ROOT / "src" / "voxserve" / "serve" / "static"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--autoplay-policy=no-user-gesture-required"]
+KEY = "pl4yground-k3y"
+
+
+def fake_client(api_key=None) -> TestClient:
+    eng = Engine([FakeVoice(sample_rate=16000)], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    return TestClient(create_app(eng, AppConfig(api_key=api_key, warmup=False, shutdown_timeout_s=5)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with fake_client() as c:
+        yield c
+
+
+# ----------------------------------------------------------------------------- HTTP
+def test_page_has_a_strict_csp_and_no_inline_code(client):
+    r = client.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    csp = r.headers["content-security-policy"]
+    assert csp == CSP
+    directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+    assert directives["script-src"] == "'self'" and directives["default-src"] == "'none'"
+    assert directives["connect-src"] == "'self'" and directives["frame-ancestors"] == "'none'"
+    assert "unsafe" not in csp and "*" not in csp and "http" not in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+
+    class Audit(HTMLParser):
+        scripts, inline, handlers, styles, external = [], [], [], [], []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "script":
+                self.scripts.append(a.get("src"))
+            if tag == "style":
+                self.inline.append(tag)
+            self.handlers += [k for k in a if k.startswith("on")]
+            self.styles += [k for k in a if k == "style"]
+            self.external += [v for k, v in a.items() if k in ("src", "href") and v and ("//" in v or ":" in v)]
+
+        def handle_data(self, data):
+            if self.lasttag == "script" and data.strip():
+                self.inline.append(data)
+
+    audit = Audit()
+    audit.feed(r.text)
+    assert audit.scripts == ["static/playground.js"]
+    assert not audit.inline and not audit.handlers and not audit.styles  # CSP would block them
+    assert not audit.external  # everything from this origin: works offline
+
+
+def test_assets_are_served_from_the_package_with_their_types(client):
+    for name, media in ASSETS.items():
+        r = client.get(f"/static/{name}")
+        assert r.status_code == 200, name
+        assert r.headers["content-type"] == media and r.headers["x-content-type-options"] == "nosniff"
+        assert r.content == (STATIC / name).read_bytes()
+    assert client.get("/favicon.ico").content == (STATIC / "favicon.svg").read_bytes()
+    for bad in ("/static/nope.js", "/static/index.html", "/static/..%2fapp.py", "/static/../app.py"):
+        r = client.get(bad)
+        assert r.status_code == 404, bad
+        assert r.json()["error"]["code"], bad  # the API's error shape
+
+
+def test_script_sets_no_html_and_calls_only_its_own_origin():
+    js = (STATIC / "playground.js").read_text(encoding="utf-8")
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in js, sink
+    calls = re.findall(r"""api\(\s*["']([^"']+)["']""", js)
+    assert set(calls) == {"v1/voices", "v1/audio/captioned_speech", "v1/synthesize"}
+    assert not re.search(r"https?://", js)  # relative URLs only (fetch goes through api())
+    assert js.count("fetch(") == 1
+
+
+def test_page_and_assets_need_no_key_and_the_api_keeps_it():
+    with fake_client(api_key=KEY) as c:
+        for path in ("/", "/favicon.ico", *(f"/static/{n}" for n in ASSETS)):
+            assert c.get(path).status_code == 200, path
+        assert c.get("/v1/voices").status_code == 401
+        assert c.get("/static/nope.js").status_code == 401  # not an asset: not public
+        assert c.post("/v1/synthesize", json={"text": "Hello."}).status_code == 401
+        assert c.get("/v1/voices", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+def test_page_requests_are_counted_under_their_route(client):
+    client.get("/")
+    client.get("/static/playground.js")
+    text = client.get("/metrics").text
+    assert re.search(r'^voxserve_requests_total\{route="/",status="200"\} [1-9]', text, re.M), text[:2000]
+
+
+@pytest.mark.slow
+def test_wheel_carries_the_static_files(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("needs git to copy the tracked tree")
+    # build from a copy of the tree, so that no build output lands in the checkout
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                              "benchmarks", "corpus", "docs", "tests"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, timeout=300)
+    wheel = next((tmp_path / "dist").glob("voxserve-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ("index.html", *ASSETS):
+        assert f"voxserve/serve/static/{name}" in names, name
+
+
+# ----------------------------------------------------------------------------- browser
+def _browser_or_skip():
+    why = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        why = "playwright is not installed (pip install playwright)"
+    if why is None and not os.access(CHROMIUM, os.X_OK):
+        why = f"no {CHROMIUM} (apt-get install chromium)"
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser test must run in CI: {why}")
+        pytest.skip(why)
+
+
+class LiveServer:
+    """The app around `engine` served by uvicorn in a thread on a free loopback port."""
+
+    def __init__(self, engine, config: AppConfig):
+        import uvicorn
+
+        from voxserve.serve.app import http_protocol
+
+        self.app = create_app(engine, config)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    http=http_protocol(self.app)))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline and self.thread.is_alive(), "server did not start"
+            time.sleep(0.05)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+class Browser:
+    """Headless chromium (a fresh profile) and one page, with every console message and page
+    error it produced."""
+
+    def __init__(self, profile: Path):
+        from playwright.sync_api import sync_playwright
+
+        self.pw = sync_playwright().start()
+        try:
+            self.context = self.pw.chromium.launch_persistent_context(
+                str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        except BaseException:
+            self.pw.stop()
+            raise
+        self.context.set_default_timeout(60_000)
+        self.page = self.context.pages[0] if self.context.pages else self.context.new_page()
+        self.console: list[tuple[str, str, str]] = []  # (type, text, url)
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.console.append((m.type, m.text, m.location.get("url", ""))))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def console_errors(self, allow=lambda text, url: False) -> list:
+        return [m for m in self.console if m[0] in ("error", "warning") and not allow(m[1], m[2])] + self.errors
+
+    def close(self):
+        try:
+            self.context.close()
+        finally:
+            self.pw.stop()
+
+
+@pytest.fixture(scope="module")
+def joe_server(joe_voice):
+    eng = Engine({joe_voice.name: joe_voice}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0),
+                                                           max_queue_wait_s=3600))
+    s = LiveServer(eng, AppConfig(warmup=False, shutdown_timeout_s=5))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    _browser_or_skip()
+    b = Browser(tmp_path / "profile")
+    yield b
+    b.close()
+
+
+TEXT = "The weather is lovely today. Let us go for a walk."
+
+
+def test_page_speaks_plays_and_offers_the_download(joe_server, joe_voice, browser):
+    import voxserve
+
+    page = browser.page
+    response = page.goto(joe_server.url, wait_until="load")
+    assert response.status == 200
+    assert response.headers["content-security-policy"] == CSP
+    page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+    assert page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)") == [joe_voice.name]
+    assert page.input_value("#voice") == joe_voice.name
+    assert page.text_content("#status") == "Ready."
+    assert browser.console_errors() == []  # loading the page: not one error or warning
+
+    page.fill("#text", TEXT)
+    page.click("#speak")
+    # streamed playback: Web Audio time moves before the whole file exists
+    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Done')", timeout=120_000)
+    page.wait_for_function("() => document.getElementById('audio').readyState >= 2", timeout=30_000)
+    duration = page.eval_on_selector("#audio", "a => a.duration")
+    expected = joe_voice.synthesize(TEXT, voxserve.SynthesisOptions()).duration
+    assert 0.75 * expected < duration < 1.33 * expected, (duration, expected)
+    page.wait_for_function("() => !document.getElementById('download').hidden")
+    href = page.get_attribute("#download", "href")
+    assert href.startswith("blob:" + joe_server.url.rstrip("/"))
+    assert page.get_attribute("#download", "download") == "speech.wav"
+    # the download is the WAV the page played (a click, as a user downloads it)
+    data = download(page)
+    assert data[:4] == b"RIFF" and data[8:12] == b"WAVE"
+    assert int.from_bytes(data[24:28], "little") == joe_voice.sample_rate
+    n = int.from_bytes(data[40:44], "little")
+    assert len(data) == 44 + n and abs(n / 2 / joe_voice.sample_rate - duration) < 0.01
+    browser_errors = browser.console_errors(allow=_missing_captions_route)
+    assert browser_errors == []
+
+
+def download(page) -> bytes:
+    with page.expect_download(timeout=30_000) as d:
+        page.click("#download")
+    return Path(d.value.path()).read_bytes()
+
+
+def _missing_captions_route(text: str, url: str) -> bool:
+    """Until POST /v1/audio/captioned_speech exists, the page falls back to /v1/synthesize; the
+    browser logs the 404 it got first."""
+    return url.endswith("/v1/audio/captioned_speech") and "404" in text
+
+
+def test_page_downloads_other_formats_from_the_server(joe_server, browser):
+    page = browser.page
+    page.goto(joe_server.url, wait_until="load")
+    page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+    page.fill("#text", "Short and sweet.")
+    page.select_option("#format", "flac")
+    page.click("#speak")
+    page.wait_for_function("() => !document.getElementById('download').hidden", timeout=120_000)
+    assert page.get_attribute("#download", "download") == "speech.flac"
+    assert page.get_attribute("#download", "href").startswith("blob:")
+    assert download(page)[:4] == b"fLaC"
+    assert browser.console_errors(allow=_missing_captions_route) == []
+
+
+def test_page_asks_for_the_key_and_then_uses_it(browser):
+    eng = Engine([FakeVoice(sample_rate=16000)], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    server = LiveServer(eng, AppConfig(api_key=KEY, warmup=False, shutdown_timeout_s=5))
+    try:
+        page = browser.page
+        assert page.goto(server.url, wait_until="load").status == 200
+        page.wait_for_function("() => document.getElementById('status').textContent.includes('API key')")
+        assert page.eval_on_selector("#key-box", "d => d.open") is True
+        assert page.eval_on_selector_all("#voice option", "os => os.length") == 0
+        page.fill("#apikey", KEY)
+        page.click("#key-apply")
+        page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+        assert page.text_content("#status") == "Ready."
+        # the one error is the browser's note of the 401 that made the page ask for the key
+        errors = browser.console_errors()
+        assert len(errors) == 1 and "401" in errors[0][1] and errors[0][2].endswith("/v1/voices"), errors
+    finally:
+        server.stop()
