@@ -219,6 +219,8 @@ function highlighter(player) {
   const audio = $("audio");
   return setInterval(() => {
     const t = audio.paused ? player.time() : audio.currentTime;
+    const total = player.duration();
+    $("clock").textContent = total ? `${Math.min(Math.max(t, 0), total).toFixed(2)} / ${total.toFixed(2)} s` : "";
     let hit = null;
     for (const w of wordSpans) {
       if (w.start > t) break;
@@ -239,6 +241,7 @@ async function playCaptioned(r, player, signal) {
     if (!s.trim()) return;
     const msg = JSON.parse(s);
     if (msg.format !== "pcm" || typeof msg.audio !== "string") throw new Error("unexpected stream line");
+    if (Number.isFinite(msg.sample_rate) && player.total === 0) player.sampleRate = msg.sample_rate;
     player.push(s16le(base64Bytes(msg.audio)));
     addWords(Array.isArray(msg.words) ? msg.words : []);
   };
@@ -275,8 +278,10 @@ async function playRaw(r, player, signal) {
   }
 }
 
-function options() {
-  const body = { voice: $("voice").value, speed: Number($("speed").value) };
+// the /v1/audio/speech body: OpenAI's fields, speaker and style as voxserve's extensions
+function speechBody(text, format) {
+  const body = { model: MODEL, input: text, voice: $("voice").value, response_format: format,
+    speed: Number($("speed").value) };
   if ($("speaker").value) body.speaker = $("speaker").value;
   if ($("style").value) body.style = $("style").value;
   return body;
@@ -302,11 +307,11 @@ async function speak(ev) {
   blobUrls = [];
   wordSpans = [];
   $("words").replaceChildren();
+  $("clock").textContent = "";
   $("note").textContent = "";
   $("download").hidden = true;
   $("audio").removeAttribute("src");
 
-  const opts = options();
   const format = $("format").value;
   const abort = new AbortController();
   const player = new Player(v.sample_rate);
@@ -315,24 +320,17 @@ async function speak(ev) {
   const began = performance.now();
   setStatus("Synthesising…");
   try {
-    let r = null;
-    // The captioned route takes the OpenAI speech body, which has no speaker or style.
-    if (!opts.speaker && !opts.style) {
-      r = await api("v1/audio/captioned_speech", { model: MODEL, input: text, voice: opts.voice,
-        response_format: "pcm", speed: opts.speed, stream: true }, abort.signal);
-      if (r.status === 400 || r.status === 404 || r.status === 405) {
-        $("note").textContent = "No word highlighting for this voice (" + (await errorText(r)) + ").";
-        r = null;
-      } else if (!r.ok) {
-        throw new Error(await errorText(r));
-      }
-    } else {
-      $("note").textContent = "No word highlighting with a chosen speaker or style (timestamps come with the default one).";
-    }
-    const captioned = r !== null;
+    // word timestamps where the voice has them; else (a 400, or a server without the route)
+    // the plain speech stream, without highlighting
+    const body = speechBody(text, "pcm"); // the selectors as they were when Speak was pressed
+    let r = await api("v1/audio/captioned_speech", { ...body, stream: true }, abort.signal);
+    const captioned = r.ok;
     if (!captioned) {
-      r = await api("v1/synthesize", { text, ...opts, response_format: "pcm", stream: true }, abort.signal);
+      if (r.status !== 400 && r.status !== 404 && r.status !== 405) throw new Error(await errorText(r));
+      $("note").textContent = "No word highlighting for this voice (" + (await errorText(r)) + ").";
+      r = await api("v1/audio/speech", body, abort.signal);
       if (!r.ok) throw new Error(await errorText(r));
+      player.sampleRate = Number(r.headers.get("X-Sample-Rate")) || player.sampleRate;
     }
     session.timer = highlighter(player);
     const play = captioned ? playCaptioned : playRaw;
@@ -341,7 +339,7 @@ async function speak(ev) {
     const secs = player.duration();
     const latency = ((performance.now() - began) / 1000).toFixed(2);
     setStatus(`Done: ${secs.toFixed(2)} s of audio${captioned ? `, ${wordSpans.length} words` : ""} (stream took ${latency} s).`);
-    await finish(player, text, opts, format, abort.signal);
+    await finish(player, body, format, abort.signal);
   } catch (e) {
     if (abort.signal.aborted) return;
     setStatus("Failed: " + e.message, true);
@@ -349,7 +347,7 @@ async function speak(ev) {
 }
 
 // the whole audio for the player and the download link, once the stream has ended
-async function finish(player, text, opts, format, signal) {
+async function finish(player, body, format, signal) {
   const samples = player.samples();
   const wav = blobUrl(wavBlob(samples, player.sampleRate));
   $("audio").src = wav;
@@ -357,7 +355,7 @@ async function finish(player, text, opts, format, signal) {
   if (format === "pcm") {
     url = blobUrl(new Blob([pcmBytes(samples)], { type: "application/octet-stream" }));
   } else if (format !== "wav") { // encoded by the server: the same request in that format
-    const r = await api("v1/synthesize", { text, ...opts, response_format: format, stream: false }, signal);
+    const r = await api("v1/audio/speech", { ...body, response_format: format }, signal);
     if (!r.ok) throw new Error("download as " + format + ": " + (await errorText(r)));
     url = blobUrl(await r.blob());
   }
