@@ -208,9 +208,17 @@ class Browser:
 
 
 @pytest.fixture(scope="module")
-def joe_server(joe_voice):
-    eng = Engine({joe_voice.name: joe_voice}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0),
-                                                           max_queue_wait_s=3600))
+def tiny_voice(tiny_voice_path):
+    import voxserve
+
+    return voxserve.load_voice(str(tiny_voice_path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def joe_server(joe_voice, tiny_voice):
+    """The default voice, and a tiny one with three speakers at another rate."""
+    eng = Engine({joe_voice.name: joe_voice, tiny_voice.name: tiny_voice},
+                 EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0), max_queue_wait_s=3600))
     s = LiveServer(eng, AppConfig(warmup=False, shutdown_timeout_s=5))
     yield s
     s.stop()
@@ -235,8 +243,9 @@ def test_page_speaks_plays_and_offers_the_download(joe_server, joe_voice, browse
     assert response.status == 200
     assert response.headers["content-security-policy"] == CSP
     page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
-    assert page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)") == [joe_voice.name]
-    assert page.input_value("#voice") == joe_voice.name
+    assert page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)") == [joe_voice.name, "tiny-multi"]
+    assert page.input_value("#voice") == joe_voice.name  # the server's default
+    assert page.is_disabled("#speaker") and page.is_disabled("#style")  # one speaker, no styles
     assert page.text_content("#status") == "Ready."
     assert browser.console_errors() == []  # loading the page: not one error or warning
 
@@ -307,3 +316,26 @@ def test_page_asks_for_the_key_and_then_uses_it(browser):
         assert len(errors) == 1 and "401" in errors[0][1] and errors[0][2].endswith("/v1/voices"), errors
     finally:
         server.stop()
+
+
+def test_chosen_voice_speaker_and_speed_are_what_the_page_asks_for(joe_server, browser):
+    page = browser.page
+    bodies = []
+    page.on("request", lambda r: bodies.append(r.post_data_json) if r.url.endswith("/v1/audio/speech")
+            or r.url.endswith("/v1/audio/captioned_speech") else None)
+    page.goto(joe_server.url, wait_until="load")
+    page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+    page.select_option("#voice", "tiny-multi")
+    assert page.eval_on_selector_all("#speaker option", "os => os.map(o => o.value)") == ["", "spk0", "spk1", "spk2"]
+    assert "16000 Hz" in page.text_content("#voice-info")
+    page.select_option("#speaker", "spk2")
+    page.fill("#speed", "1.5")  # a range input: fill sets its value and fires input
+    assert page.text_content("#speed-value") == "1.50"
+    page.fill("#text", "One two three. Four five six.")
+    page.click("#speak")
+    page.wait_for_function("() => !document.getElementById('download').hidden", timeout=120_000)
+    assert bodies and all(b["voice"] == "tiny-multi" and b["speaker"] == "spk2" and b["speed"] == 1.5
+                          and b["response_format"] == "pcm" and "style" not in b for b in bodies), bodies
+    data = download(page)
+    assert int.from_bytes(data[24:28], "little") == 16000  # the WAV at the voice's own rate
+    assert browser.console_errors(allow=_missing_captions_route) == []

@@ -332,6 +332,7 @@ async function speak(ev) {
       if (!r.ok) throw new Error(await errorText(r));
       player.sampleRate = Number(r.headers.get("X-Sample-Rate")) || player.sampleRate;
     }
+    setStatus("Playing as it streams…");
     session.timer = highlighter(player);
     const play = captioned ? playCaptioned : playRaw;
     await play(r, player, abort.signal);
