@@ -339,3 +339,35 @@ def test_chosen_voice_speaker_and_speed_are_what_the_page_asks_for(joe_server, b
     data = download(page)
     assert int.from_bytes(data[24:28], "little") == 16000  # the WAV at the voice's own rate
     assert browser.console_errors(allow=_missing_captions_route) == []
+
+
+def _captions_refused(text: str, url: str) -> bool:
+    """The browser's note of the captioned route's refusal (400 for a voice without timestamps,
+    404 from a server without the route) that sends the page to /v1/audio/speech."""
+    return url.endswith("/v1/audio/captioned_speech") and ("400" in text or "404" in text)
+
+
+def test_voice_without_timestamps_plays_the_plain_stream_exactly(browser):
+    import numpy as np
+
+    from voxserve.audio import float_to_int16
+
+    voice = FakeVoice(sample_rate=16000)
+    eng = Engine([voice], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    server = LiveServer(eng, AppConfig(warmup=False, shutdown_timeout_s=5))
+    try:
+        page = browser.page
+        page.goto(server.url, wait_until="load")
+        page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+        text = "Hello there. General Kenobi. You are a bold one."
+        page.fill("#text", text)
+        page.click("#speak")
+        page.wait_for_function("() => !document.getElementById('download').hidden", timeout=60_000)
+        assert page.text_content("#note").startswith("No word highlighting for this voice")
+        assert page.eval_on_selector_all("#words span", "s => s.length") == 0
+        data = download(page)
+        # the stream as the network cut it, put back together sample for sample
+        np.testing.assert_array_equal(np.frombuffer(data[44:], "<i2"), float_to_int16(voice.expected(text)))
+        assert browser.console_errors(allow=_captions_refused) == []
+    finally:
+        server.stop()
