@@ -213,12 +213,12 @@ function addWords(words) {
 }
 
 // the word whose [start, end) holds the playback time gets the "current" class: the time of the
-// <audio> element while it plays (the finished file), else that of the streamed playback
+// <audio> element once it has played (the finished file), else that of the streamed playback
 function highlighter(player) {
   let lit = null;
   const audio = $("audio");
   return setInterval(() => {
-    const t = audio.paused ? player.time() : audio.currentTime;
+    const t = audio.played.length || !audio.paused ? audio.currentTime : player.time();
     const total = player.duration();
     $("clock").textContent = total ? `${Math.min(Math.max(t, 0), total).toFixed(2)} / ${total.toFixed(2)} s` : "";
     let hit = null;
@@ -371,6 +371,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("form").addEventListener("submit", speak);
   $("stop").addEventListener("click", stop);
   $("voice").addEventListener("change", onVoiceChange);
+  // the finished file played from its controls: the streamed playback stops, not both at once
+  $("audio").addEventListener("play", () => { if (session) session.player.ctx.suspend().catch(() => {}); });
   $("speed").addEventListener("input", () => { $("speed-value").textContent = Number($("speed").value).toFixed(2); });
   $("key-apply").addEventListener("click", loadVoices);
   $("speak").disabled = true;
