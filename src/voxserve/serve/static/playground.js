@@ -217,7 +217,10 @@ function addWords(words) {
 function highlighter(player) {
   let lit = null;
   const audio = $("audio");
-  return setInterval(() => {
+  const timer = { live: true };
+  const tick = () => {
+    if (!timer.live) return;
+    requestAnimationFrame(tick); // each frame: a word of a few tens of ms is not skipped
     const t = audio.played.length || !audio.paused ? audio.currentTime : player.time();
     const total = player.duration();
     $("clock").textContent = total ? `${Math.min(Math.max(t, 0), total).toFixed(2)} / ${total.toFixed(2)} s` : "";
@@ -230,7 +233,9 @@ function highlighter(player) {
     if (lit) lit.span.classList.remove("current");
     if (hit) hit.span.classList.add("current");
     lit = hit;
-  }, 40);
+  };
+  requestAnimationFrame(tick);
+  return timer;
 }
 
 // ----------------------------------------------------------------------------- streams
@@ -290,7 +295,7 @@ function speechBody(text, format) {
 function stop() {
   if (!session) return;
   session.abort.abort();
-  clearInterval(session.timer);
+  if (session.timer) session.timer.live = false;
   session.player && session.player.close();
   session = null;
   $("stop").disabled = true;
