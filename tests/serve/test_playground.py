@@ -371,3 +371,19 @@ def test_voice_without_timestamps_plays_the_plain_stream_exactly(browser):
         assert browser.console_errors(allow=_captions_refused) == []
     finally:
         server.stop()
+
+
+def test_stop_ends_the_stream_quietly(joe_server, browser):
+    page = browser.page
+    page.goto(joe_server.url, wait_until="load")
+    page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+    page.fill("#text", " ".join(f"This is sentence number {k} of a text long enough to stop." for k in range(12)))
+    page.click("#speak")
+    page.wait_for_function("() => parseFloat(document.getElementById('clock').textContent) > 0.2", timeout=120_000)
+    page.click("#stop")
+    assert page.text_content("#status") == "Stopped." and page.is_disabled("#stop")
+    clock = page.text_content("#clock")
+    page.wait_for_timeout(500)
+    assert page.text_content("#clock") == clock  # the position no longer moves
+    assert page.is_hidden("#download") and not page.get_attribute("#audio", "src")
+    assert browser.console_errors(allow=_missing_captions_route) == []

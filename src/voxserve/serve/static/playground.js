@@ -292,8 +292,9 @@ function speechBody(text, format) {
   return body;
 }
 
-function stop() {
+function stop(ev) {
   if (!session) return;
+  if (ev) setStatus("Stopped.");
   session.abort.abort();
   if (session.timer) session.timer.live = false;
   session.player && session.player.close();
@@ -303,7 +304,7 @@ function stop() {
 
 async function speak(ev) {
   ev.preventDefault();
-  stop();
+  stop(null);
   const text = $("text").value.trim();
   if (!text) { setStatus("Type some text first.", true); return; }
   const v = selectedVoice();
