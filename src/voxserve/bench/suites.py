@@ -38,8 +38,8 @@ import importlib
 import statistics
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .arms import OK, ArmSpec, Sentence
