@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from audio_compare import assert_pcm_close
-from serve_fakes import FakeVoice
+from serve_fakes import FakeVoice, RecordingSink
 from server_process import ROOT, ServerProcess, free_port
 
 pytest.importorskip("wyoming", reason="the wyoming extra (pip install -e '.[wyoming]')")
@@ -507,6 +507,51 @@ def test_malformed_events_get_an_error_and_a_close(fake):
 
     for first, then in run(go(), timeout=60):
         assert Error.from_event(first).code == "bad_event" and then is None
+
+
+# --------------------------------------------------------------------------- HTTP and Wyoming together
+def test_serve_with_http_runs_both_servers_on_one_engine_object():
+    import httpx
+    import uvicorn
+
+    from voxserve.serve.app import AppConfig, create_app, http_protocol
+    from voxserve.serve.wyoming import serve_with_http
+
+    voice = FakeVoice(sample_rate=16000)
+    eng = Engine([voice], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    app = create_app(eng, AppConfig(warmup=False, shutdown_timeout_s=5))  # its lifespan starts and stops eng
+    hport, wport = free_port(), free_port()
+    http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=hport, log_level="warning",
+                                         http=http_protocol(app)))
+    listening: list[WyomingServer] = []
+
+    async def go():
+        task = asyncio.create_task(serve_with_http(http, app.state.ready, eng,
+                                                   WyomingConfig(uri=f"tcp://127.0.0.1:{wport}"),
+                                                   on_ready=listening.append))
+        try:
+            for _ in range(500):
+                if http.started:
+                    break
+                await asyncio.sleep(0.02)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{hport}", timeout=10) as h:
+                r = await h.post("/v1/synthesize", json={"text": "From HTTP.", "response_format": "pcm"})
+            async with client(wport, read_timeout=10) as c:
+                reply = await synthesize(c, "From Wyoming.")
+        finally:
+            http.should_exit = True
+            await task
+        return r, reply
+
+    r, reply = run(go(), timeout=60)
+    assert r.status_code == 200 and not reply.errors
+    np.testing.assert_array_equal(reply.pcm, float_to_int16(voice.expected("From Wyoming.")))
+    assert listening[0].engine is eng and app.state.engine is eng
+    assert voice.run_texts == ["From HTTP", "From Wyoming"]  # both ran on the one engine's voice
+    from voxserve.errors import EngineClosedError
+
+    with pytest.raises(EngineClosedError):  # the HTTP app's shutdown closed the shared engine
+        eng.submit("fake", "Too late.", None, RecordingSink())
 
 
 # --------------------------------------------------------------------------- the command line

@@ -607,10 +607,14 @@ class WyomingServer:
     def connections(self) -> int:
         return len(self._tasks)
 
-    async def close(self) -> None:
-        """Stop listening and end every connection (their requests are cancelled)."""
+    def stop_listening(self) -> None:
+        """No new connections; the open ones go on."""
         if self._server is not None:
             self._server.close()
+
+    async def close(self) -> None:
+        """Stop listening and end every connection (their requests are cancelled)."""
+        self.stop_listening()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -647,9 +651,8 @@ async def serve(engine: Engine, config: WyomingConfig, warmup: bool = True, shut
         if on_ready is not None:
             on_ready(server)
         await stop.wait()
-        if server._server is not None:
-            server._server.close()  # no new connections; the open ones finish their requests
-        await asyncio.to_thread(engine.drain, shutdown_timeout_s)
+        server.stop_listening()
+        await asyncio.to_thread(engine.drain, shutdown_timeout_s)  # accepted requests finish
         await server.close()
     finally:
         await asyncio.to_thread(engine.shutdown, shutdown_timeout_s)
