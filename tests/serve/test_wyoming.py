@@ -509,6 +509,36 @@ def test_malformed_events_get_an_error_and_a_close(fake):
         assert Error.from_event(first).code == "bad_event" and then is None
 
 
+def test_unix_socket_uri(fake, tmp_path):
+    from wyoming.client import AsyncUnixClient
+
+    eng, voice = fake
+    path = tmp_path / "voxserve.sock"
+
+    async def go():
+        server = WyomingServer(eng, WyomingConfig(uri=f"unix://{path}"))
+        await server.start()
+        try:
+            assert server.address == f"unix://{path}"
+            c = AsyncUnixClient(str(path), read_timeout=10)
+            await c.connect()
+            try:
+                return await synthesize(c, "Over a socket.")
+            finally:
+                await c.disconnect()
+        finally:
+            await server.close()
+
+    reply = run(go(), timeout=60)
+    np.testing.assert_array_equal(reply.pcm, float_to_int16(voice.expected("Over a socket.")))
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:10200", "tcp://127.0.0.1", "tcp://:10200", "unix://"])
+def test_bad_uris_are_refused(uri):
+    with pytest.raises(ValueError, match="Wyoming URI"):
+        WyomingConfig(uri=uri).validate()
+
+
 # --------------------------------------------------------------------------- HTTP and Wyoming together
 def test_serve_with_http_runs_both_servers_on_one_engine_object():
     import httpx
