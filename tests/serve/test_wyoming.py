@@ -386,7 +386,8 @@ def test_text_over_the_limit_is_refused(fake):
     assert streamed.errors[0].code == "text_too_long"
 
 
-def test_disconnect_mid_synthesis_cancels_the_request():
+@pytest.mark.parametrize("streamed", [False, True])
+def test_disconnect_mid_synthesis_cancels_the_request(streamed):
     eng, voice = fake_engine(delay_s=0.1, max_batch_size=1)
     n = 30
     text = " ".join(f"Sentence number {i} of a long text." for i in range(n))
@@ -394,7 +395,11 @@ def test_disconnect_mid_synthesis_cancels_the_request():
         async def go():
             async with wyoming_server(eng) as server:
                 async with client(server, read_timeout=20) as c:
-                    await c.write_event(Synthesize(text=text).event())
+                    if streamed:  # its sentences go to the engine as they are seen (no stop sent)
+                        await c.write_event(SynthesizeStart().event())
+                        await c.write_event(SynthesizeChunk(text=text).event())
+                    else:
+                        await c.write_event(Synthesize(text=text).event())
                     await read_reply(c, until="audio-chunk")
                 # disconnected: the server sees it and cancels the engine request
                 assert await asyncio.to_thread(wait_until, lambda: eng.in_flight == 0 and eng.queued_sentences() == 0)

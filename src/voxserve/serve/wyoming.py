@@ -528,6 +528,7 @@ class WyomingServer:
         self.config = (config or WyomingConfig()).validate()
         self.ready = ready
         self.default_voice = next(iter(engine.voices))
+        self.languages = {name: voice_languages(name, v) for name, v in engine.voices.items()}  # (fixed at start)
         self._info: Info | None = None
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -540,7 +541,7 @@ class WyomingServer:
                 speakers = [TtsVoiceSpeaker(name=s) for s in v.speakers] or None
                 voices.append(TtsVoice(name=name, attribution=_ATTRIBUTION, installed=True,
                                        description=f"{name} ({getattr(v, 'family', '')}, {v.sample_rate} Hz)",
-                                       version=None, languages=voice_languages(name, v), speakers=speakers))
+                                       version=None, languages=self.languages[name], speakers=speakers))
             program = TtsProgram(name="voxserve", attribution=_ATTRIBUTION, installed=True,
                                  description="voxserve text to speech", version=__version__, voices=voices,
                                  supports_synthesize_streaming=True)
@@ -553,7 +554,7 @@ class WyomingServer:
         want = _lang_key(lang)
         for name, v in self.engine.voices.items():
             own = list(getattr(v, "languages", ()) or ())
-            for have in voice_languages(name, v):
+            for have in self.languages[name]:
                 key = _lang_key(have)
                 if key == want or key.split("_")[0] == want:
                     return name, (have if have in own else None)
