@@ -6,11 +6,13 @@ Each stage is a public function in its own module (`split`, `normalize`, `phonem
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import EmptyTextError, UnpronounceableTextError
+from .blocks import PLACEHOLDER, PhonemeBlock, has_placeholder, mark_blocks, placeholder_index, show
 from .ids import PhonemeIdMapper
 from .normalize import expand_abbreviations, normalize_unicode
 from .phonemize import phonemize
@@ -67,21 +69,44 @@ class TextFrontend:
 
     def iter_sentences(self, text: str, spoken: bool = True) -> Iterator[Sentence]:
         """Lazily, in order. Sentences with nothing to say ("...", emoji) are skipped.
-        `spoken=False` reads the text as written (no `normalize_text`)."""
+        `spoken=False` reads the text as written (no `normalize_text`). Inline `[[ phonemes ]]`
+        are said as given, joined to the text around them as piper-tts joins them
+        (`text.blocks`)."""
+        blocks: list[PhonemeBlock] = []
+        norm = self.normalize(mark_blocks(text, blocks), spoken)
+        yield from self._sentences(norm, blocks)
+
+    def _sentences(self, norm: str, blocks: list[PhonemeBlock]) -> Iterator[Sentence]:
+        """Normalised text (with the placeholders of `blocks`) -> its sentences."""
         cache: dict[str, list[str]] = {}
 
         def phon(t: str) -> list[str]:
             if t not in cache:
-                cache[t] = self.phonemize(t)
+                cache[t] = self._phonemes(t, blocks)
             return cache[t]
 
-        for sent in split_sentences(self.normalize(text, spoken)):
+        for sent in (join_at_blocks(norm) if blocks else split_sentences(norm)):
             cache.clear()
             pieces = split_long(sent, self.max_phonemes, lambda t: len(phon(t)))
             for piece in pieces:
                 ph = phon(piece)
                 if _has_speech(ph):
-                    yield Sentence(piece, tuple(ph), tuple(self.to_ids(ph)))
+                    shown = show(piece, blocks) if blocks else piece
+                    yield Sentence(shown, tuple(ph), tuple(self.to_ids(ph)))
+
+    def _phonemes(self, text: str, blocks: list[PhonemeBlock]) -> list[str]:
+        """The text between placeholders through espeak-ng piece by piece (as piper-tts
+        phonemises the text between its blocks), the blocks' phonemes in their places."""
+        if not blocks or not has_placeholder(text):
+            return self.phonemize(text)
+        out: list[str] = []
+        pos = 0
+        for m in PLACEHOLDER.finditer(text):
+            out.extend(self.phonemize(text[pos:m.start()]))
+            out.extend(blocks[placeholder_index(m)].as_phonemes())
+            pos = m.end()
+        out.extend(self.phonemize(text[pos:]))
+        return out
 
     def sentences(self, text: str, spoken: bool = True) -> list[Sentence]:
         """All sentences; raises EmptyTextError / UnpronounceableTextError."""
@@ -90,6 +115,29 @@ class TextFrontend:
         if not out:
             raise UnpronounceableTextError(text)
         return out
+
+
+def join_at_blocks(norm: str) -> list[str]:
+    """Sentences of normalised text with placeholders, grouped as piper-tts groups them: a
+    sentence that starts with a block continues the one before it (across paragraphs too), and
+    one with nothing to say after its last block (the "." of "[[ a ]]. Next.", which espeak-ng
+    drops) is continued by the next sentence of its paragraph."""
+    out: list[str] = []
+    for para in _PARAGRAPH.split(norm):
+        open_ = False  # the last sentence waits for the text after its block
+        for sent in split_sentences(para):
+            if out and (open_ or PLACEHOLDER.match(sent)):
+                out[-1] = f"{out[-1]} {sent}"
+            else:
+                out.append(sent)
+            last = None
+            for last in PLACEHOLDER.finditer(out[-1]):
+                pass
+            open_ = last is not None and not any(ch.isalnum() for ch in out[-1][last.end():])
+    return out
+
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
 
 
 def check_text(text: str) -> None:
