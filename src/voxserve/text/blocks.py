@@ -33,6 +33,9 @@ class PhonemeBlock:
     space_after: bool
     text: str
     """What the block stands for in a sentence's text (the `[[ ... ]]` itself, or the word)."""
+    word: bool = False
+    """A lexicon's word: it joins sentences and the punctuation after it as any word does,
+    not as piper-tts joins a `[[ ]]` (whose following "." or "," espeak-ng drops)."""
 
     def as_phonemes(self) -> list[str]:
         return [" "] * self.space_before + list(self.phonemes) + [" "] * self.space_after

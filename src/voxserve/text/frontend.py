@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import EmptyTextError, UnpronounceableTextError
 from .blocks import PLACEHOLDER, PhonemeBlock, has_placeholder, mark_blocks, placeholder_index, show
 from .ids import PhonemeIdMapper
+from .lexicon import Lexicon
 from .normalize import expand_abbreviations, normalize_unicode
 from .phonemize import phonemize
 from .split import split_long, split_sentences
@@ -45,6 +46,7 @@ class TextFrontend:
         phoneme_map: Mapping[str, Sequence[str]] | None = None,
         vowel_clusters: frozenset[tuple[str, ...]] | None = None,
         max_phonemes: int = DEFAULT_MAX_PHONEMES,
+        lexicon: Lexicon | None = None,
     ):
         if max_phonemes < MIN_MAX_PHONEMES:
             raise ValueError(f"max_phonemes must be at least {MIN_MAX_PHONEMES}")
@@ -53,6 +55,8 @@ class TextFrontend:
         self.vowel_clusters = set(vowel_clusters) if vowel_clusters else None
         self.max_phonemes = max_phonemes
         self.to_ids = PhonemeIdMapper(phoneme_id_map)
+        self.lexicon = lexicon
+        """Words said with the user's phonemes (`text.lexicon`), after normalisation."""
 
     def normalize(self, text: str, spoken: bool = True) -> str:
         """Typography (`normalize_unicode`), then, with `spoken`, the spoken form
@@ -71,9 +75,11 @@ class TextFrontend:
         """Lazily, in order. Sentences with nothing to say ("...", emoji) are skipped.
         `spoken=False` reads the text as written (no `normalize_text`). Inline `[[ phonemes ]]`
         are said as given, joined to the text around them as piper-tts joins them
-        (`text.blocks`)."""
+        (`text.blocks`); so are the words of the lexicon."""
         blocks: list[PhonemeBlock] = []
         norm = self.normalize(mark_blocks(text, blocks), spoken)
+        if self.lexicon is not None:
+            norm = self.lexicon.mark(norm, blocks)
         yield from self._sentences(norm, blocks)
 
     def _sentences(self, norm: str, blocks: list[PhonemeBlock]) -> Iterator[Sentence]:
@@ -85,7 +91,7 @@ class TextFrontend:
                 cache[t] = self._phonemes(t, blocks)
             return cache[t]
 
-        for sent in (join_at_blocks(norm) if blocks else split_sentences(norm)):
+        for sent in (join_at_blocks(norm, blocks) if blocks else split_sentences(norm)):
             cache.clear()
             pieces = split_long(sent, self.max_phonemes, lambda t: len(phon(t)))
             for piece in pieces:
@@ -103,8 +109,21 @@ class TextFrontend:
         pos = 0
         for m in PLACEHOLDER.finditer(text):
             out.extend(self.phonemize(text[pos:m.start()]))
-            out.extend(blocks[placeholder_index(m)].as_phonemes())
+            block = blocks[placeholder_index(m)]
+            if block.word:  # spaced as a word of this sentence (its edges have none)
+                out.extend([" "] * (m.start() > 0 and text[m.start() - 1] == " "))
+                out.extend(block.phonemes)
+                out.extend([" "] * text.startswith(" ", m.end()))
+            else:
+                out.extend(block.as_phonemes())
             pos = m.end()
+            if block.word and (p := _PUNCT_AFTER.match(text, pos)):
+                # espeak-ng drops punctuation that starts a text: a word keeps it, as espeak
+                # writes it (clause punctuation with a space after it)
+                out.append(p.group(1)[-1])
+                if p.group(1)[-1] in ",:;" or p.group(2):
+                    out.append(" ")
+                pos = p.end()
         out.extend(self.phonemize(text[pos:]))
         return out
 
@@ -117,23 +136,30 @@ class TextFrontend:
         return out
 
 
-def join_at_blocks(norm: str) -> list[str]:
+_PUNCT_AFTER = re.compile(r"([.,:;!?]+)( ?)")
+
+
+def join_at_blocks(norm: str, blocks: list[PhonemeBlock]) -> list[str]:
     """Sentences of normalised text with placeholders, grouped as piper-tts groups them: a
     sentence that starts with a block continues the one before it (across paragraphs too), and
     one with nothing to say after its last block (the "." of "[[ a ]]. Next.", which espeak-ng
-    drops) is continued by the next sentence of its paragraph."""
+    drops) is continued by the next sentence of its paragraph. A lexicon word's block is a word:
+    it joins nothing."""
+    def inline(m: re.Match | None) -> bool:
+        return m is not None and not blocks[placeholder_index(m)].word
+
     out: list[str] = []
     for para in _PARAGRAPH.split(norm):
         open_ = False  # the last sentence waits for the text after its block
         for sent in split_sentences(para):
-            if out and (open_ or PLACEHOLDER.match(sent)):
+            if out and (open_ or inline(PLACEHOLDER.match(sent))):
                 out[-1] = f"{out[-1]} {sent}"
             else:
                 out.append(sent)
             last = None
             for last in PLACEHOLDER.finditer(out[-1]):
                 pass
-            open_ = last is not None and not any(ch.isalnum() for ch in out[-1][last.end():])
+            open_ = inline(last) and not any(ch.isalnum() for ch in out[-1][last.end():])
     return out
 
 
