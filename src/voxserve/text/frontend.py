@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import EmptyTextError, UnpronounceableTextError
 from .blocks import PLACEHOLDER, PhonemeBlock, has_placeholder, mark_blocks, placeholder_index, show
@@ -18,6 +18,8 @@ from .lexicon import Lexicon
 from .normalize import expand_abbreviations, normalize_unicode
 from .phonemize import phonemize
 from .split import split_long, split_sentences
+from .ssml import Break, Span, parse_ssml
+from .ssml import input_format as resolve_input_format
 from .spoken import normalize_text
 
 DEFAULT_MAX_PHONEMES = 400
@@ -31,6 +33,8 @@ class Sentence:
     text: str
     phonemes: tuple[str, ...]
     ids: tuple[int, ...]
+    rate: float = 1.0
+    """Speaking-rate multiplier of its text (SSML `<prosody rate>`): divides the length scale."""
 
 
 def _has_speech(phonemes: Sequence[str]) -> bool:
@@ -81,6 +85,24 @@ class TextFrontend:
         if self.lexicon is not None:
             norm = self.lexicon.mark(norm, blocks)
         yield from self._sentences(norm, blocks)
+
+    def document(self, text: str, input_format: str | None = None) -> list[Span | Break]:
+        """The input as spans of text and breaks: SSML parsed now (InvalidInputError naming the
+        position if it is malformed), plain text one span. `input_format`: "text", "ssml" or
+        None (SSML if the input starts with `<speak`)."""
+        if resolve_input_format(text, input_format) == "ssml":
+            return parse_ssml(text)
+        return [Span(text)]
+
+    def iter_document(self, doc: list[Span | Break], spoken: bool = True) -> Iterator[Sentence | Break]:
+        """`document()`'s spans as sentences (each span's own: a span ends a sentence), its
+        breaks as they are, lazily, in order."""
+        for item in doc:
+            if isinstance(item, Break):
+                yield item
+                continue
+            for s in self.iter_sentences(item.text, spoken):
+                yield s if item.rate == 1.0 else replace(s, rate=item.rate)
 
     def _sentences(self, norm: str, blocks: list[PhonemeBlock]) -> Iterator[Sentence]:
         """Normalised text (with the placeholders of `blocks`) -> its sentences."""
