@@ -35,8 +35,8 @@ def test_elements_become_spans_and_breaks():
 
 
 @pytest.mark.parametrize("kind,content,fmt,words", [
-    ("characters", "IBM", None, "I B M"),
-    ("characters", "a1", None, "A one"),
+    ("characters", "IBM", None, "I-B-M"),
+    ("characters", "a1", None, "A-one"),
     ("cardinal", "1,234", None, "one thousand two hundred thirty-four"),
     ("cardinal", "-7", None, "minus seven"),
     ("ordinal", "22", None, "twenty-second"),
@@ -228,3 +228,9 @@ def test_http_break_is_exact(http, joe_voice, stream):
     b = _post(http, "<speak>Hello there. How are you?</speak>", stream=stream)
     assert a.status_code == b.status_code == 200, a.text
     assert (len(a.content) - len(b.content)) // 2 == round(0.75 * joe_voice.sample_rate)
+
+
+def test_characters_are_letter_names(joe_voice):
+    fe = joe_voice.frontend
+    (s,) = list(fe.iter_document(fe.document('<speak><say-as interpret-as="characters">abc</say-as></speak>')))
+    assert "".join(s.phonemes).startswith("ˈeɪ")  # the letter, not the article "a"

@@ -264,14 +264,15 @@ def say_as(text: str, interpret_as: str, fmt: str | None = None) -> str:
 
 
 def spell(text: str) -> str:
-    """Letter by letter ("IBM" -> "I B M"), digits as words."""
+    """Letter by letter, digits as words: "IBM" -> "I-B-M" (joined by hyphens, espeak-ng names
+    each letter; alone, "A" would be the article)."""
     out = []
     for ch in text:
         if ch.isdigit() and ch.isascii():
             out.append(digits(ch))
         elif ch.isalpha():
             out.append(ch.upper())
-    return " ".join(out)
+    return "-".join(out)
 
 
 def telephone(text: str) -> str:
