@@ -49,6 +49,21 @@ def test_placeholder_round_trip():
         assert m and placeholder_index(m) == i
 
 
+def test_split_blocks_is_pipers_split_in_linear_time():
+    import random
+    import time
+
+    from voxserve.text.blocks import PHONEME_BLOCK, split_blocks
+
+    rng = random.Random(1)
+    for _ in range(5000):
+        t = "".join(rng.choice("[]a \n") for _ in range(rng.randint(0, 30)))
+        assert split_blocks(t) == PHONEME_BLOCK.split(t), repr(t)
+    t0 = time.perf_counter()
+    assert split_blocks("[[" * 100_000 + "]") == ["[[" * 100_000 + "]"]  # the regex: minutes
+    assert time.perf_counter() - t0 < 0.5
+
+
 @pytest.mark.parametrize("spoken", [False, True])
 def test_block_ids_equal_piper(joe_voice, piper_voice, spoken):
     """Sentence by sentence, the ids piper-tts 1.8.0 makes for the same text."""
