@@ -214,3 +214,12 @@ def test_say_with_lexicon(tmp_path):
     r = say("--lexicon", str(f), "-o", "-")
     assert r.returncode == 2 and "words.lex, line 1: no phonemes" in r.stderr.decode()
     assert b"Traceback" not in r.stderr
+
+
+def test_serve_and_say_take_the_lexicon_flag():
+    """--lexicon is the Piper family's load option: `serve` hands it to every voice it loads."""
+    from voxserve.cli import build_parser, load_options_from
+
+    for cmd in (["serve"], ["say", "hi"]):
+        ns = build_parser().parse_args([*cmd, "--lexicon", "words.lex"])
+        assert load_options_from(ns) == {"lexicon": "words.lex"}
