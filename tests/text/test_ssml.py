@@ -222,12 +222,23 @@ def test_http_malformed_ssml_is_400(http):
     assert r.status_code == 400 and r.json()["error"]["param"] == "input_format", r.text
 
 
+LONG = "this first sentence is long enough for a stream to send its head before the rest of it"
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_http_break_is_exact(http, joe_voice, stream):
-    a = _post(http, '<speak>Hello there. <break time="750ms"/>How are you?</speak>', stream=stream)
-    b = _post(http, "<speak>Hello there. How are you?</speak>", stream=stream)
+@pytest.mark.parametrize("with_break,without", [
+    ('<speak>Hello there. <break time="750ms"/>How are you?</speak>', "<speak>Hello there. How are you?</speak>"),
+    # a break before the first sentence: in the head of a streamed first sentence
+    (f'<speak><break time="750ms"/>Well, {LONG}.</speak>', f"<speak>Well, {LONG}.</speak>"),
+])
+def test_http_break_is_exact(http, joe_voice, stream, with_break, without):
+    a = _post(http, with_break, stream=stream)
+    b = _post(http, without, stream=stream)
     assert a.status_code == b.status_code == 200, a.text
     assert (len(a.content) - len(b.content)) // 2 == round(0.75 * joe_voice.sample_rate)
+    head = np.frombuffer(a.content, "<i2")[:round(0.75 * joe_voice.sample_rate)]
+    if with_break.startswith("<speak><break"):
+        assert not head.any()
 
 
 def test_characters_are_letter_names(joe_voice):
