@@ -3,7 +3,8 @@ app `voxserve serve` builds (`serve.app.create_app`), through Serve's FastAPI in
 routes, errors and streaming are those of the plain server.
 
 `voxserve serve --ray --replicas N|MIN-MAX` runs it on this machine; `voxserve ray-config`
-writes the Serve config file for `serve deploy` on a cluster (README, "Ray Serve").
+writes the Serve config file for `serve deploy` on a cluster (README, "Scale-out on Ray Serve";
+docs/serving.md, "Ray Serve").
 
 What each replica reserves comes from the device: a GPU replica 1 GPU (and 1 CPU for its front
 end), a CPU replica `threads` CPUs, which its model also uses as intra-op threads.
