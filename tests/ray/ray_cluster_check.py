@@ -61,8 +61,9 @@ def same_pcm(got: bytes, ref: np.ndarray) -> bool:
     return len(pcm) == len(ref) and int(np.abs(pcm.astype(np.int32) - ref.astype(np.int32)).max()) <= PCM_ATOL
 
 
-def call(client: httpx.Client, text: str, stream: bool, seen: dict | None = None) -> dict:
-    """One request; what came back (status, replica, bytes, or how it failed)."""
+def call(client: httpx.Client, text: str, stream: bool, seen: dict | None = None, active: dict | None = None) -> dict:
+    """One request; what came back (status, replica, bytes, or how it failed). `seen` counts
+    the responses each replica started, `active` those still being read."""
     out = {"text": text, "status": None, "replica": None, "retried": None, "bytes": b"", "error": None,
            "complete": False}
     body = {"text": text, "response_format": "pcm", "stream": stream, **DET}
@@ -73,9 +74,16 @@ def call(client: httpx.Client, text: str, stream: bool, seen: dict | None = None
             if seen is not None and out["replica"]:
                 with _SEEN_LOCK:
                     seen[out["replica"]] = seen.get(out["replica"], 0) + 1
+                    if active is not None:
+                        active[out["replica"]] = active.get(out["replica"], 0) + 1
             data = bytearray()
-            for chunk in r.iter_bytes():
-                data += chunk
+            try:
+                for chunk in r.iter_bytes():
+                    data += chunk
+            finally:
+                if active is not None and out["replica"]:
+                    with _SEEN_LOCK:
+                        active[out["replica"]] -= 1
             out["bytes"], out["complete"] = bytes(data), True
     except httpx.HTTPError as e:
         out["error"] = f"{type(e).__name__}: {e}"
@@ -155,12 +163,19 @@ def main() -> int:
         result["burst_replicas"] = seen
 
         # load on both replicas, then one replica's process is killed while requests run on it
-        seen = {}
+        seen, active = {}, {}
+
+        def streaming_on_both():
+            with _SEEN_LOCK:
+                busy = sorted(r for r, n in active.items() if n > 0)
+                return busy[0] if len(seen) >= 2 and busy else None
+
         with ThreadPoolExecutor(16) as pool:
-            futures = [pool.submit(call, client, load[k], True, seen) for k in range(16)]
-            wait_until(lambda: len(seen) >= 2, 120, "streams started on both replicas", every=0.05)
-            victim = sorted(seen)[0]
-            os.kill(int(victim.rsplit("/", 1)[1]), signal.SIGKILL)
+            futures = [pool.submit(call, client, load[k], True, seen, active) for k in range(16)]
+            victim = wait_until(streaming_on_both, 120, "streams started on both replicas", every=0.05)
+            with _SEEN_LOCK:
+                result["streaming_on_victim_at_kill"] = active[victim]
+                os.kill(int(victim.rsplit("/", 1)[1]), signal.SIGKILL)
             result["killed"] = victim
             result["killed_at_s"] = round(time.monotonic() - t0, 1)
             got = [f.result() for f in futures]

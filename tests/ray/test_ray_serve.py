@@ -93,7 +93,7 @@ def test_killing_a_replica_loses_no_request_on_the_other(cluster_run):
     on_victim = [r for r in load if r["replica"] == victim]
     others = [r for r in load if r["replica"] not in (None, victim)]
     unanswered = [r for r in load if r["replica"] is None]
-    assert on_victim, "the killed replica had no request in flight"
+    assert cluster_run["streaming_on_victim_at_kill"] >= 1, "the killed replica had no stream in flight"
     # every request answered by another replica (retries from the dead one included) is whole and right
     assert others and all(r["status"] == 200 and r["complete"] and r["equal"] for r in others), others
     # on the dead one: finished before the kill, or a stream cut off (a broken transfer, never a
