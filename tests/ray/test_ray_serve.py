@@ -68,6 +68,13 @@ def cluster_run(tmp_path_factory):
     result = json.loads(out.read_text())
     result["elapsed_s"], result["left_processes"] = elapsed, left
     result["token_written"] = (home / ".ray" / "auth_token").exists()
+    load, victim = result["load"], result["killed"]
+    print(f"ray run: {elapsed:.0f} s (start {result['start_s']} s, shutdown {result['shutdown_s']} s); "
+          f"burst by replica {result['burst_replicas']}; killed {victim} with "
+          f"{result['streaming_on_victim_at_kill']} streaming: "
+          f"{sum(r['replica'] == victim and not r['complete'] for r in load)} cut, "
+          f"{sum(bool(r['retried']) for r in load)} retried, {sum(r['status'] == 503 for r in load)} answered 503, "
+          f"{sum(r['equal'] for r in load)}/16 whole and equal; replaced in {result['replaced_s']} s")
     return result
 
 
