@@ -58,7 +58,7 @@ class ReplicaPlan:
             "ray_actor_options": {"num_cpus": 1, "num_gpus": 1} if self.gpu else {"num_cpus": self.cpus},
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_ongoing_requests,
-            # a replica dies with its requests; give its in-flight ones the server's drain time
+            # a replica Serve stops (scale-down, redeploy, shutdown) drains like `voxserve serve`
             "graceful_shutdown_timeout_s": float(settings.shutdown_timeout),
         }
         if self.min_replicas == self.max_replicas:
