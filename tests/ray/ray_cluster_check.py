@@ -1,10 +1,10 @@
 """One Ray cluster, all the Ray Serve checks, results as JSON (tests/ray/test_ray_serve.py runs
 this inside a network namespace holding only `lo`, and asserts on what it writes).
 
-Steps: references by direct library synthesis; a local cluster (2 logical CPUs) with voxserve on
-Serve, 2 CPU replicas of 1 CPU each; 16 concurrent requests; a load during which one replica's
-process is SIGKILLed; Serve's replacement of it; shutdown. Every request has a timeout; the
-caller holds a hard timeout over the whole run.
+Steps: references by direct library synthesis; `voxserve serve --ray --replicas 2 --threads 1`
+(a local cluster, 2 CPU replicas of 1 CPU each); 16 concurrent requests; a load during which one
+replica's process is SIGKILLed; Serve's replacement of it; the command's shutdown (SIGTERM).
+Every request has a timeout; the caller holds a hard timeout over the whole run.
 
     python tests/ray/ray_cluster_check.py --out result.json [--port P]
 """
@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -113,6 +114,17 @@ def wait_until(pred, timeout: float, what: str, every: float = 0.5):
     raise TimeoutError(f"{what}: not within {timeout:g} s")
 
 
+def processes_naming(text: str) -> int:
+    n = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                n += text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                pass
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -127,31 +139,21 @@ def main() -> int:
     refs = references(burst + load)
     result["references_s"] = round(time.monotonic() - t0, 1)
 
-    import ray
-    from ray import serve
-
-    from voxserve.ray_proxy import CALLBACK_ENV, PROXY_CALLBACK
-    from voxserve.ray_serve import APP_NAME, DEPLOYMENT, build_app, settings_args
-    from voxserve.serve.cli import ServeSettings
-
-    os.environ[CALLBACK_ENV] = PROXY_CALLBACK  # before Ray starts: its proxy inherits it
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=ns.temp, log_to_driver=False)
+    # the command users run; no time bound on admission, so any failure is the kill's
+    cmd = [sys.executable, "-m", "voxserve", "serve", "--ray", "--replicas", "2", "--threads", "1",
+           "--device", "cpu", "--max-queue-wait", "3600", "--port", str(ns.port)]
+    log = open(Path(ns.temp) / "serve.log", "w+")
+    t1 = time.monotonic()
+    server = subprocess.Popen(cmd, env={**os.environ, "RAY_TMPDIR": ns.temp}, stdout=log, stderr=subprocess.STDOUT)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{ns.port}", timeout=TIMEOUT)
     try:
-        t1 = time.monotonic()
-        serve.start(http_options={"host": "127.0.0.1", "port": ns.port})
-        # no time bound on admission: every request is accepted, so any failure is the kill's
-        settings = ServeSettings(device="cpu", threads=1, max_queue_wait=3600)
-        args = {**settings_args(settings, {}, True), "replicas": (2, 2)}
-        serve.run(build_app(args), name=APP_NAME, route_prefix="/", blocking=False)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{ns.port}", timeout=TIMEOUT)
+        def serving():  # printed once serve.run has returned: both replicas are up and warm
+            if server.poll() is not None:
+                raise RuntimeError(f"voxserve serve --ray exited with {server.returncode}")
+            log.seek(0)
+            return "voxserve: serving" in log.read()
 
-        def both_running():
-            st = serve.status().applications.get(APP_NAME)
-            if st is None or st.status != "RUNNING":
-                return False
-            return st.deployments[DEPLOYMENT].replica_states.get("RUNNING", 0) == 2
-
-        wait_until(both_running, 180, "2 replicas running")
+        wait_until(serving, 180, "voxserve serve --ray serving")
         wait_until(lambda: client.get("/ready").status_code == 200, 60, "/ready through the proxy")
         result["start_s"] = round(time.monotonic() - t1, 1)
 
@@ -162,7 +164,7 @@ def main() -> int:
         result["burst"] = [summary(g, refs) for g in got]
         result["burst_replicas"] = seen
 
-        # load on both replicas, then one replica's process is killed while requests run on it
+        # load on both replicas, then one replica's process is killed while it streams
         seen, active = {}, {}
 
         def streaming_on_both():
@@ -177,29 +179,39 @@ def main() -> int:
                 result["streaming_on_victim_at_kill"] = active[victim]
                 os.kill(int(victim.rsplit("/", 1)[1]), signal.SIGKILL)
             result["killed"] = victim
-            result["killed_at_s"] = round(time.monotonic() - t0, 1)
             got = [f.result() for f in futures]
         result["load"] = [summary(g, refs) for g in got]
 
-        # Serve replaces the replica: a new name answers, and the deployment is back to 2
-        names = set(result["burst_replicas"]) | {g["replica"] for g in got if g["replica"]}
+        # Serve replaces the replica: a new one answers, then both the survivor and it do
+        old = set(result["burst_replicas"]) | {g["replica"] for g in got if g["replica"]}
+        answered: set = set()
 
         def new_replica():
             r = call(client, burst[0], False)
-            return r["replica"] if r["status"] == 200 and r["replica"] not in names else None
+            if r["status"] == 200:
+                answered.add(r["replica"])
+            return next((n for n in answered if n not in old), None)
 
         t2 = time.monotonic()
         result["replacement"] = wait_until(new_replica, 120, "a replacement replica answering")
-        wait_until(both_running, 60, "2 replicas running again")
+        wait_until(lambda: new_replica() and len(answered - {victim}) >= 2, 60, "2 replicas answering again",
+                   every=0.1)
+        result["answering_after"] = sorted(answered)
         result["replaced_s"] = round(time.monotonic() - t2, 1)
-        client.close()
+        result["ray_processes_running"] = processes_naming(ns.temp)
     finally:
+        client.close()
         t3 = time.monotonic()
+        server.send_signal(signal.SIGTERM)  # the command's own shutdown: serve.shutdown, ray.shutdown
         try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
+            result["server_exit"] = server.wait(90)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            result["server_exit"] = f"killed after 90 s: {server.wait(10)}"
         result["shutdown_s"] = round(time.monotonic() - t3, 1)
+        log.seek(0)
+        result["server_log_tail"] = log.read()[-3000:]
+        log.close()
         result["total_s"] = round(time.monotonic() - t0, 1)
         Path(ns.out).write_text(json.dumps(result, indent=1))
     return 0

@@ -1,5 +1,5 @@
 """voxserve on Ray Serve, one cluster for the whole module: tests/ray/ray_cluster_check.py runs
-inside a network namespace holding only `lo` (`unshare --net`, so no Ray traffic can reach
+`voxserve serve --ray` and its checks inside a network namespace holding only `lo` (`unshare --net`, so no Ray traffic can reach
 another address), under a hard timeout, with HOME and Ray's temp dir in fresh folders (Ray
 writes its token to ~/.ray). The tests assert on the JSON it writes.
 
@@ -116,8 +116,12 @@ def test_killing_a_replica_loses_no_request_on_the_other(cluster_run):
 def test_serve_replaces_the_dead_replica(cluster_run):
     new = cluster_run["replacement"]
     assert new and new != cluster_run["killed"] and new not in cluster_run["burst_replicas"]
+    # back to two: the survivor and the replacement both answered afterwards
+    assert len(set(cluster_run["answering_after"]) - {cluster_run["killed"]}) >= 2
 
 
 def test_cluster_shuts_down_within_bounded_time(cluster_run):
     assert cluster_run["elapsed_s"] < HARD_TIMEOUT_S
-    assert cluster_run["left_processes"] == []
+    assert cluster_run["server_exit"] == 0, cluster_run["server_log_tail"]  # SIGTERM: a clean exit
+    assert cluster_run["ray_processes_running"] > 0  # Ray's processes name its temp dir...
+    assert cluster_run["left_processes"] == []  # ...and none is left
