@@ -40,7 +40,7 @@ def load_option_args(p: argparse.ArgumentParser) -> None:
     for opt in load_options().values():
         env = f" [env {opt.env}]" if opt.env else ""
         p.add_argument("--" + opt.name.replace("_", "-"), dest=opt.name, default=None,
-                       metavar="DIR" if opt.path else opt.name.upper(), help=opt.help + env)
+                       metavar=("DIR" if opt.name.endswith("_dir") else "FILE") if opt.path else opt.name.upper(), help=opt.help + env)
 
 
 def load_options_from(ns: argparse.Namespace) -> dict:

@@ -145,6 +145,9 @@ class SynthesisOptions:
     normalize: bool | None = boolean_field("read numbers, dates, units, abbreviations, URLs as words (English voices); false: text as written")
     """None = true: Piper voices speak `voxserve.text.normalize_text`'s form of the text;
     other families, and voices of other languages, read the text as they always do."""
+    input_format: str | None = name_field(8, "what the input is: text, or ssml (Piper voices); default: ssml if it starts with <speak")
+    """None = auto: SSML (`voxserve.text.ssml`) when the input starts with a `<speak>` element,
+    else plain text. Other families read every input as plain text."""
 
     def validate(self) -> "SynthesisOptions":
         """Check every set field against its rule; InvalidOptionError names the first bad one."""

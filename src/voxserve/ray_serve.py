@@ -199,6 +199,8 @@ def _from_cli(ns) -> tuple[ServeSettings, tuple[int, int], dict, bool]:
     from .serve.cli import settings_from
 
     settings = settings_from(ns)
+    if settings.wyoming:
+        raise ValueError("--wyoming is not served on Ray: run `voxserve wyoming` beside it")
     settings.app_config()  # bad HTTP settings fail here, not in every replica
     settings.engine_config()
     settings.limits()

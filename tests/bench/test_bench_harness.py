@@ -25,7 +25,7 @@ from voxserve.cli import main
 # one tiny real run shared by this module's tests (a conftest.py here would shadow other
 # directories' `from conftest import ...`)
 VOX = next(a for a in CPU_ARMS if a.name == "vox-cpu")
-NOCL = next(a for a in CPU_ARMS if a.name == "vox-cpu-nocl")
+NOCL = ArmSpec("vox-cpu-nocl", "voxserve, cpu_channels_last off", runtime={"cpu_channels_last": False})
 PIPER = next(a for a in CPU_ARMS if a.name == "piper-cpu")
 MISSING = ArmSpec(
     "vox-cpu-future", "voxserve with a field this build lacks", runtime={"no_such_field_yet": True}

@@ -131,6 +131,29 @@ def test_openai_sdk_create_and_streaming(server):
         client.audio.speech.create(model="tts-1", voice="not-a-voice", input="Hi.", response_format="mp3")
 
 
+def test_openai_sdk_sse_voice_object_and_current_model(server):
+    """The SDK's own calls with what it offers today: stream_format="sse", a voice object, the
+    dated model id, instructions; the SSE deltas decode to the same samples as the audio stream."""
+    openai = pytest.importorskip("openai")
+    import base64
+    import json
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    kw = dict(model="gpt-4o-mini-tts-2025-12-15", input="One. Two. Three.", response_format="pcm",
+              instructions="Calm and clear.", extra_body={"noise_scale": 0.0, "noise_w": 0.0})
+    plain = client.audio.speech.create(voice={"id": "en_US-joe-medium"}, **kw).content
+    events = []
+    with client.audio.speech.with_streaming_response.create(voice="alloy", stream_format="sse", **kw) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: "):]))
+    assert events[-1]["type"] == "speech.audio.done" and len(events) >= 2
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert len(plain) > 22050 and audio == plain
+    assert events[-1]["usage"]["output_tokens"] == len(plain) // 2
+
+
 def test_loadtest_against_the_server(server, corpus):
     """`voxserve loadtest`'s run against a real server: every request succeeds, and the audio it
     counts is the audio of the texts it sent (PCM length / rate; durations are sampled, so a

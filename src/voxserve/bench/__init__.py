@@ -27,7 +27,7 @@ from pathlib import Path
 from .arms import CPU_ARMS, CUDA_ARMS, ArmSpec, availability, register_engine
 from .core import QUICK, BenchSettings, plan, quick_settings, run_bench
 from .report import SchemaError, render_markdown, validate_result, write_markdown_section
-from .suites import SUITES, Suite, register_suite
+from .suites import SUITES, Suite, checkout_suites, register_suite
 
 __all__ = [
     "CPU_ARMS",
@@ -124,7 +124,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--suites",
         type=_names,
-        help=f"which suites (default {','.join(d['suites'])}; known: {','.join(SUITES)})",
+        help=f"which suites (default {','.join(d['suites'])}; known: {','.join(sorted(set(SUITES) | set(checkout_suites())))})",
     )
     p.add_argument(
         "--configs",

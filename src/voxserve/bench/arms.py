@@ -73,39 +73,14 @@ def _arm(name, label, **kw) -> ArmSpec:
 
 
 # ---------------------------------------------------------------------------- the table
-# CPU: the voxserve back end with each of its CPU speed features switched off one at a time,
-# at all cores and at one thread, and its bf16 decoder (native on AVX512-BF16/AMX CPUs); Piper's
-# ONNX Runtime session at its default threads (the reference) and at one thread.
+# CPU: the voxserve back end at all cores and at one thread, and its bf16 decoder (native on
+# AVX512-BF16/AMX CPUs); Piper's ONNX Runtime session at its default threads (the reference) and
+# at one thread. Each CPU speed feature switched off, one at a time, is a developer's A/B:
+# benchmarks/bench_cpu_features.py (`voxserve bench --suites cpu_features` in a checkout).
 CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm("vox-cpu", "voxserve torch fp32, defaults", primary=True, stream=True),
     _arm("vox-cpu-bf16", "voxserve, decoder in bf16", dtype="bf16", stream=True),
     _arm("vox-cpu-t1", "voxserve torch fp32, defaults, 1 thread", threads=1, quick=False),
-    _arm(
-        "vox-cpu-nocl", "voxserve, cpu_channels_last off", runtime={"cpu_channels_last": False}, quick=False
-    ),
-    _arm(
-        "vox-cpu-padded", "voxserve, decode_layout padded", runtime={"decode_layout": "padded"}, quick=False
-    ),
-    _arm("vox-cpu-nogemm", "voxserve, cpu_gemm_convs off", runtime={"cpu_gemm_convs": False}, quick=False),
-    _arm("vox-cpu-nofold", "voxserve, fold_average off", runtime={"fold_average": False}, quick=False),
-    _arm(
-        "vox-cpu-skew",
-        "voxserve, attention skew (VITS reference)",
-        runtime={"attention": "skew"},
-        quick=False,
-    ),
-    _arm(
-        "vox-cpu-plain",
-        "voxserve, all CPU features off",
-        runtime={
-            "cpu_channels_last": False,
-            "cpu_gemm_convs": False,
-            "decode_layout": "padded",
-            "fold_average": False,
-            "attention": "skew",
-        },
-        quick=False,
-    ),
     _arm("piper-cpu", "Piper (onnxruntime CPU)", engine="piper", reference=True, stream=True),
     _arm("piper-cpu-t1", "Piper (onnxruntime CPU), 1 thread", engine="piper", threads=1, quick=False),
 )

@@ -31,7 +31,7 @@ from .arms import (
 from .corpus import load_corpus, pool_texts, stream_selection
 from .machine import load_average, machine_info
 from .measure import Task, execute, memory_entry, prepare, probe_request, run_probe
-from .suites import SUITES, Context, Results, cuda_memory
+from .suites import SUITES, Context, Results, checkout_suites, cuda_memory, find_suite
 
 log = logging.getLogger("voxserve.bench")
 SCHEMA = "voxserve.bench/1"
@@ -81,9 +81,9 @@ class BenchSettings:
             raise ValueError(f"device must be auto, cpu or cuda, not {self.device!r}")
         if not self.sizes or min(self.sizes) < 1 or not self.batches or min(self.batches) < 1:
             raise ValueError("sizes and batches must be positive")
-        unknown = [s for s in self.suites if s not in SUITES]
+        unknown = [s for s in self.suites if find_suite(s) is None]
         if unknown:
-            raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
+            raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(set(SUITES) | set(checkout_suites()))}")
         if self.texts_per_category < 1:
             raise ValueError("texts_per_category must be >= 1")
         return self

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .arms import FAILED, OK, SKIPPED, UNAVAILABLE
-from .suites import SUITES
+from .suites import SUITES, find_suite
 
 STATUSES = (OK, UNAVAILABLE, FAILED, SKIPPED)
 
@@ -366,7 +366,7 @@ def render_markdown(result: dict, plots: Sequence[tuple[str, str]] = ()) -> str:
     """The whole report. `plots`: (title, link) pairs to embed."""
     parts = [_header(result)]
     for name, sec in result["suites"].items():
-        render = RENDERERS.get(name) or getattr(SUITES.get(name), "markdown", None)
+        render = RENDERERS.get(name) or getattr(find_suite(name), "markdown", None)
         if render is None:
             parts.append(f"### {sec.get('title', name)}\n\n(no renderer for this suite; see the JSON)")
         elif name in RENDERERS:
@@ -529,7 +529,7 @@ def validate_result(result: Any) -> dict:
             _check_stat(row.get("total_s"), f"{w}.total_s", p)
             _check_vs(row.get("vs"), refs, w, p)
     for name, sec in suites.items():  # suites that check their own sections
-        check = getattr(SUITES.get(name), "check", None) if name not in RENDERERS else None
+        check = getattr(find_suite(name), "check", None) if name not in RENDERERS else None
         if check is not None:
             check(SUITES[name](), result, sec, p)
     if p:

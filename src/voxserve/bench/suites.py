@@ -34,9 +34,12 @@ rounds. benchmarks/bench_bark.py is a real one.
 
 from __future__ import annotations
 
+import importlib
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .arms import OK, ArmSpec, Sentence
@@ -137,6 +140,29 @@ SUITES: dict[str, type[Suite]] = {}
 def register_suite(cls: type[Suite]) -> type[Suite]:
     SUITES[cls.name] = cls
     return cls
+
+
+CHECKOUT_BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+"""A source checkout's benchmarks/ (absent from an installed wheel): developers' suites of other
+families live there, as bench_<name>.py, not in the product."""
+
+
+def find_suite(name: str) -> type[Suite] | None:
+    """The suite `name`, importing benchmarks/bench_<name>.py of a source checkout if it is not
+    registered yet (importing it registers it); None if there is none."""
+    if name not in SUITES and name.isidentifier() and (CHECKOUT_BENCHMARKS / f"bench_{name}.py").is_file():
+        if str(CHECKOUT_BENCHMARKS) not in sys.path:
+            sys.path.insert(0, str(CHECKOUT_BENCHMARKS))
+        importlib.import_module(f"bench_{name}")  # under that name: the memory probe's child imports it so
+    return SUITES.get(name)
+
+
+def checkout_suites() -> list[str]:
+    """Names of the suites a source checkout's benchmarks/ holds (not imported)."""
+    if not CHECKOUT_BENCHMARKS.is_dir():
+        return []
+    return sorted(p.stem[len("bench_"):] for p in CHECKOUT_BENCHMARKS.glob("bench_*.py")
+                  if "@register_suite" in p.read_text(encoding="utf-8", errors="replace"))
 
 
 @register_suite

@@ -13,6 +13,7 @@ shutting down / too many connections; anything else is a 500 whose body says onl
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import json
 import logging
@@ -48,6 +49,8 @@ from .schemas import (
     MODEL_ID,
     OPENAI_MODELS,
     OPENAI_VOICES,
+    AudioVoice,
+    AudioVoicesResponse,
     ModelInfo,
     ModelsResponse,
     SpeechRequest,
@@ -58,7 +61,8 @@ from .schemas import (
 
 log = logging.getLogger(__name__)
 
-ROUTES = ("/v1/audio/speech", "/v1/synthesize", "/v1/voices", "/v1/models", "/health", "/ready", "/metrics")
+ROUTES = ("/v1/audio/speech", "/v1/audio/voices", "/v1/synthesize", "/v1/voices", "/v1/models", "/health", "/ready",
+          "/metrics")
 
 
 @dataclass(frozen=True)
@@ -459,7 +463,9 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             return encoder.write(samples)
         return await asyncio.to_thread(encoder.write, samples)  # lame/opus/flac: off the loop
 
-    async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
+    async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float,
+                   sent: list[int] | None = None) -> AsyncIterator[bytes]:
+        """The encoded stream; `sent[0]` counts the samples encoded so far."""
         joiner = SentenceJoiner(stream.sample_rate, silence_s)
         first = True
         deadline = stream.timing.submitted + config.request_timeout_s
@@ -470,6 +476,8 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                     if stream.timing.first_audio is not None:
                         metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
                 for samples in joiner.pieces(chunk.samples, chunk.partial):
+                    if sent is not None:
+                        sent[0] += len(samples)
                     data = await encode(encoder, fmt, samples)
                     if data:
                         yield data
@@ -526,13 +534,40 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         silence = engine.voice(voice).silence_after(options)
         return await respond(request, stream, encoder, req.response_format, silence, chunked=chunked)
 
+    async def sse(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float,
+                  input_chars: int) -> AsyncIterator[bytes]:
+        """OpenAI's speech events: one `speech.audio.delta` per encoded chunk, then
+        `speech.audio.done`. A failure after the first event is an `error` event, since the
+        event framing (unlike raw bytes) can say so."""
+        sent = [0]
+        try:
+            async for data in body(stream, encoder, fmt, silence_s, sent):
+                yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        except Exception as e:
+            err = e if isinstance(e, VoxserveError) else _InternalError("internal error")
+            payload = json.loads(_error_for(err).body)
+            yield _event({"type": "error", **payload})
+            return
+        # voxserve has no tokens: usage counts input characters and output audio samples
+        yield _event({"type": "speech.audio.done",
+                      "usage": {"input_tokens": input_chars, "output_tokens": sent[0],
+                                "total_tokens": input_chars + sent[0]}})
+
     @app.post("/v1/audio/speech")
     async def speech(req: SpeechRequest, request: Request):
         if req.model not in OPENAI_MODELS and req.model != MODEL_ID and req.model not in engine.voices:
             raise _BadRequest(f"unknown model {req.model!r}; use one of: {', '.join((MODEL_ID,) + OPENAI_MODELS)}",
                               "model", "model_not_found", status=404)
-        voice = voice_for(req.voice, openai=True)
-        return await synthesis(request, req, voice, req.input, streaming=True, chunked=True)
+        voice = voice_for(req.voice_name, openai=True)
+        if req.stream_format == "audio":
+            return await synthesis(request, req, voice, req.input, streaming=True, chunked=True)
+        options = req.options()
+        stream, encoder = await start(voice, req.input, options, req.response_format, streaming=True)
+        media, headers = headers_for(encoder, req.response_format)
+        headers |= {"X-Audio-Media-Type": media, "X-Accel-Buffering": "no"}
+        silence = engine.voice(voice).silence_after(options)
+        return StreamingResponse(sse(stream, encoder, req.response_format, silence, len(req.input)),
+                                 media_type="text/event-stream", headers=headers)
 
     @app.post("/v1/synthesize")
     async def synthesize(req: SynthesizeRequest, request: Request):
@@ -547,6 +582,12 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                                  speakers=list(v.speakers), styles=list(getattr(v, "styles", ())),
                                  languages=list(getattr(v, "languages", ())), default=name == default_voice))
         return VoicesResponse(voices=out, openai_aliases=sorted(OPENAI_VOICES))
+
+    @app.get("/v1/audio/voices", response_model=AudioVoicesResponse)
+    async def audio_voices():
+        infos = await voices()
+        data = [AudioVoice(id=v.name, **v.model_dump()) for v in infos.voices]
+        return AudioVoicesResponse(data=data, voices=[v.id for v in data], openai_aliases=infos.openai_aliases)
 
     @app.get("/v1/models", response_model=ModelsResponse)
     async def models():
@@ -578,6 +619,11 @@ def _field(err: dict) -> str | None:
     members and list indexes below it); None for the body as a whole."""
     loc = [x for x in err.get("loc", ()) if x != "body"]
     return str(loc[0]) if loc and err.get("loc", ("",))[0] == "body" else None
+
+
+def _event(payload: dict) -> bytes:
+    """One server-sent event holding a JSON object."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 async def _until(stream: SpeechStream, deadline: float) -> AsyncIterator:

@@ -66,6 +66,8 @@ class ServeSettings:
     """How a CPU runs its batches: auto, lanes or serial (EngineConfig.executor)."""
     max_queue_wait: float = _ENG.max_queue_wait_s
     """Seconds of work queued ahead of a new request (at the measured speed) beyond which it gets 429."""
+    wyoming: str | None = None
+    """Also serve Home Assistant's Wyoming protocol at this URI (tcp://127.0.0.1:10200), same engine."""
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
@@ -114,6 +116,8 @@ _HELP = {
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",
+    "wyoming": "also serve Home Assistant's Wyoming protocol (TTS) at this URI, e.g. tcp://127.0.0.1:10200, "
+               "on the same engine (needs the wyoming extra)",
     "executor": "how a CPU runs its batches: auto, lanes (several at once, short work at a higher OS priority) "
                 "or serial (one at a time on every thread)",
 }
@@ -156,19 +160,46 @@ def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
     return ServeSettings(**kw)
 
 
+def _settings_args(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+    """A flag for each ServeSettings field (those in `names`, else all)."""
+    for f in fields(ServeSettings):
+        if names is not None and f.name not in names:
+            continue
+        flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
+        default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
+        help_ = f"{_HELP.get(f.name, '')} [env {_env_name(f.name)}; default {default_shown}]"
+        if f.name == "voices":
+            p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
+        else:
+            p.add_argument(flag, dest=f.name, type=_scalar_type(f.name), default=None, help=help_)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_settings_flags(p)
+    _settings_args(p)
+    p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
+    from ..cli import load_option_args
+
+    load_option_args(p)
     p.add_argument("--ray", action="store_true",
                    help="run on Ray Serve on this machine: one engine per replica (needs voxserve[ray])")
     p.add_argument("--replicas", default=None, metavar="N|MIN-MAX",
                    help="with --ray: replicas, or an autoscaling range (default 1); a CPU replica uses --threads "
                         "CPUs (default: this machine's CPUs shared out between MAX replicas), a GPU one 1 GPU")
     p.set_defaults(func=cmd_serve)
+    _add_wyoming_parser(sub)
+    _add_ray_config_parser(sub)
+
+
+def _add_ray_config_parser(sub) -> None:
+    from ..cli import load_option_args
+
     r = sub.add_parser("ray-config", help="write a Ray Serve config file (serve deploy) for these settings",
                        description="Prints a Serve config for `serve deploy` with the flags of `voxserve serve`.")
-    _add_settings_flags(r)
+    _settings_args(r)
+    r.add_argument("--no-warmup", action="store_true", help="replicas report ready without a warm-up sentence")
+    load_option_args(r)
     r.add_argument("--replicas", default=None, metavar="N|MIN-MAX", help="replicas, or an autoscaling range")
     r.set_defaults(func=lambda ns: _ray("cmd_ray_config", ns))
 
@@ -184,19 +215,74 @@ def _ray(command: str, ns: argparse.Namespace) -> int:
     return getattr(ray_serve, command)(ns)
 
 
-def _add_settings_flags(p) -> None:
-    for f in fields(ServeSettings):
-        flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
-        default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
-        help_ = f"{_HELP.get(f.name, '')} [env {_env_name(f.name)}; default {default_shown}]"
-        if f.name == "voices":
-            p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
-        else:
-            p.add_argument(flag, dest=f.name, type=_scalar_type(f.name), default=None, help=help_)
-    p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
-    from ..cli import load_option_args
+# the settings of `voxserve serve` that `voxserve wyoming` has too (no HTTP, no API key)
+_WYOMING_SETTINGS = ("voices", "device", "dtype", "max_batch_size", "max_batch_phonemes", "max_wait_ms",
+                     "max_starve_ms", "max_queue", "max_queue_wait", "max_input_chars", "max_audio_seconds",
+                     "max_sentence_audio_seconds", "read_timeout", "max_connections", "shutdown_timeout",
+                     "threads", "executor")
 
+
+def _add_wyoming_parser(sub) -> None:
+    from ..cli import load_option_args, options_args
+
+    p = sub.add_parser("wyoming", help="run a Wyoming server (Home Assistant text to speech)",
+                       description="Serve Home Assistant's Wyoming protocol (describe, synthesize, streamed "
+                                   "synthesis) over the engine. Settings as for `voxserve serve`; the synthesis "
+                                   "options below apply to every request (the protocol carries only a voice, "
+                                   "a speaker and a language).")
+    p.add_argument("--uri", default=None,
+                   help="tcp://HOST:PORT or unix://PATH to listen on [env VOXSERVE_WYOMING; default "
+                        "tcp://127.0.0.1:10200: this machine only]")
+    _settings_args(p, _WYOMING_SETTINGS)
+    p.add_argument("--no-warmup", action="store_true", help="listen without a warm-up sentence first")
     load_option_args(p)
+    options_args(p)
+    p.set_defaults(func=cmd_wyoming)
+
+
+def _wyoming_module():
+    try:
+        from . import wyoming
+    except ModuleNotFoundError as e:
+        if e.name != "wyoming":
+            raise
+        from ..errors import VoxserveError
+
+        raise VoxserveError("the Wyoming server needs the wyoming package: pip install 'voxserve[wyoming]'") from None
+    return wyoming
+
+
+def wyoming_config(settings: ServeSettings, uri: str, options=None):
+    """The Wyoming server's bounds from the serve settings (text, connections, read timeout)."""
+    wy = _wyoming_module()
+    kind, host, _ = wy.parse_uri(uri)
+    if kind == "tcp" and host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("Wyoming on %s: the protocol has no authentication; anyone who can reach it can use it", host)
+    return wy.WyomingConfig(uri=uri, max_input_chars=settings.max_input_chars,
+                            max_connections=settings.max_connections, io_timeout_s=settings.read_timeout,
+                            **({"options": options} if options is not None else {})).validate()
+
+
+def cmd_wyoming(ns: argparse.Namespace) -> int:
+    import asyncio
+
+    from ..cli import load_options_from, options_from
+    from ..errors import VoiceLoadError
+
+    wy = _wyoming_module()
+    settings = settings_from(ns)
+    config = wyoming_config(settings, ns.uri or settings.wyoming or wy.DEFAULT_URI, options_from(ns).validate())
+    try:
+        engine = build_engine(settings, load_options_from(ns))
+    except (VoiceLoadError, FileNotFoundError) as e:
+        raise ValueError(str(e)) from None
+
+    def listening(server) -> None:
+        print(f"voxserve: serving {', '.join(engine.voices)} on {server.address} (Wyoming)", flush=True)
+
+    asyncio.run(wy.serve(engine, config, warmup=not ns.no_warmup, shutdown_timeout_s=settings.shutdown_timeout,
+                         on_ready=listening))
+    return 0
 
 
 _VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -264,6 +350,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
     app_config = settings.app_config()
+    wyoming = wyoming_config(settings, settings.wyoming) if settings.wyoming else None
     try:
         from ..cli import load_options_from
 
@@ -285,7 +372,18 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                       for dev, n in engine.lanes.items())
     print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port} "
           f"(batches at once per device: {lanes})", flush=True)
-    server.run()
+    if wyoming is None:
+        server.run()
+        return 0
+    import asyncio
+
+    from .wyoming import serve_with_http
+
+    def listening(wy_server) -> None:
+        print(f"voxserve: Wyoming on {wy_server.address} (same engine)", flush=True)
+
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # what server.run() does
+        runner.run(serve_with_http(server, app.state.ready, engine, wyoming, on_ready=listening))
     return 0
 
 

@@ -21,8 +21,8 @@ OPENAI_VOICES = frozenset({
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
     "marin", "cedar",
 })
-# Model names OpenAI clients send; all of them mean "this server's engine".
-OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+# Model names OpenAI clients send (the SDK's SpeechModel); all of them mean "this server's engine".
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 MODEL_ID = "voxserve"
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -49,29 +49,63 @@ def option_fields(options_type: type = SynthesisOptions) -> dict[str, tuple[Any,
             for name, rule in option_rules(options_type).items()}
 
 
-class SpeechRequest(BaseModel):
-    """POST /v1/audio/speech (OpenAI's field names, so that its SDKs work unchanged)."""
+class VoiceRef(BaseModel):
+    """OpenAI's voice object, `{"id": name}`: the same names as the plain string."""
 
+    model_config = ConfigDict(extra="ignore")
+
+    id: StrictStr = Field(min_length=1, max_length=200)
+
+
+MAX_INSTRUCTIONS_CHARS = 4096
+
+
+class _OptionsBody(BaseModel):
+    """A request body that carries the fields of an options dataclass (added by create_model)."""
+
+    options_type: ClassVar[type] = SynthesisOptions
+
+    def options(self):
+        """The request's options (not yet validated: admission does that)."""
+        return self.options_type(**{name: getattr(self, name) for name in option_rules(self.options_type)})
+
+
+class _SpeechBase(_OptionsBody):
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1, max_length=200)
     input: StrictStr
-    voice: str = Field(min_length=1, max_length=200)
+    voice: Annotated[StrictStr, Field(min_length=1, max_length=200)] | VoiceRef
+    """A voice loaded on this server, an OpenAI voice name (the default voice), or `{"id": name}`."""
     response_format: ResponseFormat = "mp3"
-    speed: option_type(option_rules()["speed"]) = Field(1.0, description=option_rules()["speed"].help_text)
-    """OpenAI's one option; out of range is a 400, as OpenAI answers."""
-    instructions: str | None = None
-    """Accepted and ignored: Piper voices take no style prompt."""
-    stream_format: Literal["audio"] = "audio"
-    """Only raw audio streaming ('sse' is not offered)."""
+    instructions: StrictStr | None = Field(default=None, max_length=MAX_INSTRUCTIONS_CHARS)
+    """Accepted for the SDK's sake; no family voxserve serves takes a style prompt, so it is unused."""
+    stream_format: Literal["audio", "sse"] = "audio"
+    """'audio': the encoded bytes, chunked as sentences are made; 'sse': server-sent events,
+    `speech.audio.delta` (base64 of those bytes) then `speech.audio.done` with usage."""
 
-    def options(self) -> SynthesisOptions:
-        return SynthesisOptions(speed=self.speed)
+    @property
+    def voice_name(self) -> str:
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
 
-class _SynthesizeBase(BaseModel):
+def speech_request_model(options_type: type = SynthesisOptions) -> type[_SpeechBase]:
+    """The body of POST /v1/audio/speech: OpenAI's fields (so that its SDKs work unchanged) plus
+    every field of `options_type` as an optional extension (an OpenAI client sends them in
+    `extra_body`); `speed` keeps OpenAI's default, 1.0,
+    and out of range is a 400, as OpenAI answers."""
+    fields = option_fields(options_type)
+    speed = option_rules(options_type)["speed"]
+    fields["speed"] = (option_type(speed), Field(1.0, description=speed.help_text))
+    return create_model("SpeechRequest", __base__=_SpeechBase, __doc__=speech_request_model.__doc__,
+                        options_type=(ClassVar[type], options_type), **fields)
+
+
+SpeechRequest = speech_request_model()
+
+
+class _SynthesizeBase(_OptionsBody):
     model_config = ConfigDict(extra="forbid")
-    options_type: ClassVar[type] = SynthesisOptions
 
     text: StrictStr
     voice: str | None = Field(default=None, max_length=200)
@@ -79,10 +113,6 @@ class _SynthesizeBase(BaseModel):
     response_format: ResponseFormat = "wav"
     stream: StrictBool = False
     """True: chunked bytes as sentences are made; False: the whole file, with Content-Length."""
-
-    def options(self):
-        """The request's options (not yet validated: admission does that)."""
-        return self.options_type(**{name: getattr(self, name) for name in option_rules(self.options_type)})
 
 
 def synthesize_request_model(options_type: type = SynthesisOptions) -> type[_SynthesizeBase]:
@@ -119,6 +149,23 @@ class VoiceInfo(BaseModel):
     languages: list[str] = []
     """For voices that speak several (the `language` option)."""
     default: bool
+
+
+class AudioVoice(VoiceInfo):
+    """One entry of GET /v1/audio/voices: OpenAI's voice object (id, name, object, created_at)
+    with what a voxserve voice offers."""
+
+    id: str
+    object: Literal["audio.voice"] = "audio.voice"
+    created_at: int = 0
+
+
+class AudioVoicesResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AudioVoice]
+    voices: list[str]
+    """The ids alone (the shape Kokoro-FastAPI clients read)."""
+    openai_aliases: list[str]
 
 
 class VoicesResponse(BaseModel):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...errors import VoiceLoadError
 from ...voices.registry import VoiceSource
-from .. import Family, register_family
+from .. import Family, LoadOption, register_family
 from .options import RuntimeOptions
 
 NAME = "piper"
@@ -68,12 +68,17 @@ def _packaged() -> Iterator[VoiceSource]:
     yield VoiceSource("en_US-joe-medium", NAME, Path(joe.model_path()), Path(joe.config_path()))
 
 
-def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, max_phonemes=None, **_):
+def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, max_phonemes=None, lexicon=None, **_):
+    from ...text.lexicon import Lexicon
     from .loader import load_piper_voice
 
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
-    return load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
-                            runtime=runtime, **kwargs)
+    if lexicon is not None and not isinstance(lexicon, Lexicon):
+        lexicon = Lexicon.from_file(lexicon)  # a path: read now, followed on change
+    voice = load_piper_voice(src.path, src.config_path, name=src.name, device=device, dtype=dtype,
+                             runtime=runtime, **kwargs)
+    voice.frontend.lexicon = lexicon
+    return voice
 
 
 FAMILY = register_family(Family(
@@ -89,6 +94,8 @@ FAMILY = register_family(Family(
     packaged=_packaged,
     frontend="voxserve.text: normalise, split into sentences, espeak-ng phonemes -> phoneme ids",
     runner_kind="one-shot",
+    load_options=(LoadOption("lexicon", "Piper voices: a lexicon file of `word phonemes` lines (re-read when it changes)",
+                             path=True),),
 ))
 
 __all__ = ["FAMILY", "RuntimeOptions", "piper_source"]

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from ...audio import silence_samples
 
 from ...errors import UnknownSpeakerError, UnpronounceableTextError
 from ...options import SynthesisOptions
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
+from ...text.ssml import Break, Span
 from ...voice import Unit, Voice, limited, sentence_seed
 
 
@@ -64,17 +68,27 @@ class VitsVoice(Voice):
         opts = (options or SynthesisOptions()).validate()
         self.speaker_id(opts.speaker)  # unknown speaker: fail now, not mid-stream
         spoken = opts.normalize is not False  # None (unset) reads numbers, dates, ... as words
+        doc = self.frontend.document(text, opts.input_format)  # malformed SSML: fail now
 
         def gen() -> Iterator[Unit]:
-            n = 0
-            for n, s in enumerate(self.frontend.iter_sentences(text, spoken), start=1):
-                item = self._item(s.ids, opts, n - 1)
-                yield Unit(n - 1, s.text, len(s.ids), item, len(s.ids) * self._SECONDS_PER_ID * item.length_scale)
+            n, pause = 0, 0.0
+            for s in self.frontend.iter_document(doc, spoken):
+                if isinstance(s, Break):  # SSML <break>: silence before the next sentence's audio
+                    pause += s.seconds
+                    continue
+                item = self._item(s.ids, opts, n, s.rate)
+                payload = Paused(silence_samples(pause, self.sample_rate), item) if pause else item
+                yield Unit(n, s.text, len(s.ids), payload,
+                           len(s.ids) * self._SECONDS_PER_ID * item.length_scale + pause)
+                n, pause = n + 1, 0.0
             if n == 0:
                 raise UnpronounceableTextError(text)
+            if pause:  # a break after the last sentence: a unit of silence alone
+                yield Unit(n, "", 1, Paused(silence_samples(pause, self.sample_rate), None), pause)
 
         silence = self.silence_after(opts)
-        split = split_sentences(self.frontend.normalize(text, spoken)) if silence else ()
+        split = [p for span in doc if isinstance(span, Span)
+                 for p in split_sentences(self.frontend.normalize(span.text, spoken))] if silence else ()
         return limited(gen(), self.limits, split, silence)
 
     # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make
@@ -86,6 +100,8 @@ class VitsVoice(Voice):
                   on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
         from .runner import FramesOverLimit
 
+        if any(isinstance(u.payload, Paused) for u in units):
+            return _run_paused_units(self, units, early, on_early)
         out = self.runner.run([u.payload for u in units], early, on_early)
         for a in out:
             if isinstance(a, FramesOverLimit):
@@ -98,6 +114,8 @@ class VitsVoice(Voice):
         place of audio (the batch's other sentences are not affected)."""
         from .runner import FramesOverLimit
 
+        if any(isinstance(u.payload, Paused) for u in units):
+            return _run_paused_pieces(self, units, early, max_cost)
         out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
         return [(self._sentence_error(a) if isinstance(a, FramesOverLimit) else a,
                  None if rest is None else Unit(u.index, u.text, rest.cost, rest))
@@ -118,16 +136,82 @@ class VitsVoice(Voice):
         ]
         return self.run_units(units)
 
-    def _item(self, ids: Sequence[int], opts: SynthesisOptions, index: int):
+    def _item(self, ids: Sequence[int], opts: SynthesisOptions, index: int, rate: float = 1.0):
         from .runner import VitsItem
 
         c = self.config
         return VitsItem(
             tuple(ids),
-            c.length_scale / (opts.speed if opts.speed is not None else 1.0),
+            c.length_scale / ((opts.speed if opts.speed is not None else 1.0) * rate),
             c.noise_scale if opts.noise_scale is None else opts.noise_scale,
             c.noise_w if opts.noise_w is None else opts.noise_w,
             self.speaker_id(opts.speaker),
             sentence_seed(opts.seed, index),
             self.limits.max_sentence_samples(self.sample_rate) // self.runner.dims.hop_length,
         )
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A unit's payload with silence before its audio (SSML `<break>`): `item` is the model
+    input (a VitsItem), None for a unit of silence alone (a break after the last sentence)."""
+
+    samples: int
+    item: object | None
+
+
+def _split_paused(units: Sequence[Unit]) -> tuple[list[int], list]:
+    """Positions of the units the model runs, and their model inputs."""
+    pos = [k for k, u in enumerate(units) if not (isinstance(u.payload, Paused) and u.payload.item is None)]
+    return pos, [u.payload.item if isinstance(u.payload, Paused) else u.payload for u in (units[k] for k in pos)]
+
+
+def _silence(u: Unit) -> np.ndarray:
+    return np.zeros(u.payload.samples if isinstance(u.payload, Paused) else 0, np.float32)
+
+
+def _run_paused_units(voice: VitsVoice, units: Sequence[Unit], early, on_early) -> list[np.ndarray]:
+    """run_units with the silence of Paused units before their audio (in the early head when
+    there is one)."""
+    from .runner import FramesOverLimit
+
+    pos, items = _split_paused(units)
+    at = {k: j for j, k in enumerate(pos)}
+    headed: set[int] = set()
+
+    def head(j: int, samples: np.ndarray) -> None:
+        headed.add(pos[j])
+        on_early(pos[j], np.concatenate([_silence(units[pos[j]]), samples]))
+
+    out = voice.runner.run(items, [at[k] for k in early if k in at], head if on_early else None) if items else []
+    result = []
+    for k, u in enumerate(units):
+        if k not in at:
+            result.append(_silence(u))
+            continue
+        a = out[at[k]]
+        if isinstance(a, FramesOverLimit):
+            raise voice._sentence_error(a)
+        result.append(a if k in headed else np.concatenate([_silence(u), a]))
+    return result
+
+
+def _run_paused_pieces(voice: VitsVoice, units: Sequence[Unit], early, max_cost):
+    """run_pieces with the silence of Paused units before their first piece."""
+    from .runner import FramesOverLimit
+
+    pos, items = _split_paused(units)
+    at = {k: j for j, k in enumerate(pos)}
+    out = voice.runner.run_pieces(items, [at[k] for k in early if k in at], max_cost) if items else []
+    result = []
+    for k, u in enumerate(units):
+        if k not in at:
+            result.append((_silence(u), None))
+            continue
+        a, rest = out[at[k]]
+        if isinstance(a, FramesOverLimit):
+            a = voice._sentence_error(a)
+        else:
+            a = np.concatenate([_silence(u), a])
+        result.append((a, None if rest is None else Unit(u.index, u.text, rest.cost, rest)))
+    return result

@@ -44,6 +44,7 @@ from ..piper.model import (
     StochasticDurationPredictor,
     VitsDims,
     VitsModel,
+    dtype_of,
     sequence_mask,
 )
 
@@ -337,13 +338,17 @@ class Sbv2Synthesizer(nn.Module):
     expand = staticmethod(VitsModel.expand)  # durations -> frame-level m, logs [B, C, F], y_mask
 
     def flow_reverse(self, m, logs, y_mask, z_noise, g):
-        """Prior sample -> latent z [B, C, F] (zero past each row's end)."""
-        z_p = m + z_noise * torch.exp(logs)
-        return self.flow.reverse(z_p, y_mask, g=g) * y_mask
+        """Prior sample -> latent z [B, C, F] (zero past each row's end), in the flow's dtype."""
+        dt = dtype_of(self.flow)
+        z_p = m.to(dt) + z_noise.to(dt) * torch.exp(logs.to(dt))
+        y_mask = y_mask.to(dt)
+        return self.flow.reverse(z_p, y_mask, g=g.to(dt)) * y_mask
 
     def decode(self, z, y_mask, g):
-        """z [B, C, F] -> wave [B, 1, F * hop]; the mask keeps every row to its own length."""
-        return self.dec(z, y_mask, g)
+        """z [B, C, F] -> wave [B, 1, F * hop] in the decoder's dtype; the mask keeps every row
+        to its own length."""
+        dt = dtype_of(self.dec)
+        return self.dec(z.to(dt), y_mask.to(dt), g.to(dt))
 
     # -- all of it ------------------------------------------------------------
 

@@ -22,13 +22,24 @@ import torch
 
 from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
 from ...options import SynthesisOptions
+from ...runtime.device import resolve_dtype
 from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
 from ...voice import SharedComponent, Unit, Voice, limited, sentence_seed
 from . import BERT_DIR_ENV
+from ..piper.precision import PrecisionPolicy, apply_precision
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
 from .loader import Sbv2Checkpoint, load_sbv2_checkpoint, style_vector
 from .text import UnsupportedLanguageError, check_language, sentence_text
+
+# The synthesizer parts that stay fp32 under each dtype: the text encoder and both duration
+# predictors (a duration that crosses an integer in half precision shifts the whole waveform),
+# and under bf16 (8-bit mantissa) the flow too: the same rule as Piper's VITS (docs/precision.md).
+SYNTH_FP32: dict[torch.dtype, tuple[str, ...]] = {
+    torch.float32: (),
+    torch.float16: ("enc_p", "dp", "sdp", "emb_g"),
+    torch.bfloat16: ("enc_p", "dp", "sdp", "emb_g", "flow"),
+}
 
 FRONTEND_LANGUAGES = ("JP", "EN")  # the front ends voxserve has (no ZH: docs/sbv2.md)
 DEFAULT_STYLE = "Neutral"
@@ -112,10 +123,10 @@ class Sbv2Voice(Voice):
     family = "sbv2"
 
     def __init__(self, name: str, ckpt: Sbv2Checkpoint, berts: Mapping[str, SbvBert],
-                 device: torch.device):
+                 device: torch.device, dtype: torch.dtype = torch.float32):
         self.name = name
         self.checkpoint = ckpt
-        self.model = ckpt.model.to(device)
+        self.model = apply_precision(ckpt.model.to(device), PrecisionPolicy(dtype, SYNTH_FP32[dtype]))
         self.device = device
         self.sample_rate = ckpt.sample_rate
         self.jp_extra = ckpt.jp_extra
@@ -313,10 +324,12 @@ def load_sbv2_voice(model_dir: str | os.PathLike, *, bert_dir: str | os.PathLike
                     bert_batch: int | None = None) -> Sbv2Voice:
     """An SBV2 model folder (config.json, one *.safetensors, style_vectors.npy) and the BERT
     folder -> Sbv2Voice. JP-Extra needs the JP BERT; a multilingual model loads each BERT of
-    JP and EN found under the folder (at least one). `dtype` is the BERTs' (fp32; bf16; fp16 on
-    CUDA); the synthesizer runs in fp32. BERTs are shared with every SBV2 voice on the device."""
+    JP and EN found under the folder (at least one). `dtype` (fp32; bf16; fp16 on CUDA) is the
+    BERTs' and, under SYNTH_FP32, the synthesizer's. BERTs are shared with every SBV2 voice on
+    the device."""
     folder = Path(model_dir).expanduser()
     dev = normalise_device(device)
+    synth_dtype = resolve_dtype(dtype, dev)
     root = bert_root(bert_dir)
     ckpt = load_sbv2_checkpoint(folder)
     kw = {} if bert_batch is None else {"max_batch": bert_batch}
@@ -330,4 +343,4 @@ def load_sbv2_voice(model_dir: str | os.PathLike, *, bert_dir: str | os.PathLike
         if not berts:
             raise VoiceLoadError(f"{root}: no BERT for a language voxserve speaks (a folder "
                                  f"{BERT_FOLDERS['JP']}/ or {BERT_FOLDERS['EN']}/ with config.json)")
-    return Sbv2Voice(name or folder.name, ckpt, berts, dev)
+    return Sbv2Voice(name or folder.name, ckpt, berts, dev, synth_dtype)
