@@ -182,8 +182,37 @@ def add_parser(sub) -> None:
     from ..cli import load_option_args
 
     load_option_args(p)
+    p.add_argument("--ray", action="store_true",
+                   help="run on Ray Serve on this machine: one engine per replica (needs voxserve[ray])")
+    p.add_argument("--replicas", default=None, metavar="N|MIN-MAX",
+                   help="with --ray: replicas, or an autoscaling range (default 1); a CPU replica uses --threads "
+                        "CPUs (default: this machine's CPUs shared out between MAX replicas), a GPU one 1 GPU")
     p.set_defaults(func=cmd_serve)
     _add_wyoming_parser(sub)
+    _add_ray_config_parser(sub)
+
+
+def _add_ray_config_parser(sub) -> None:
+    from ..cli import load_option_args
+
+    r = sub.add_parser("ray-config", help="write a Ray Serve config file (serve deploy) for these settings",
+                       description="Prints a Serve config for `serve deploy` with the flags of `voxserve serve`.")
+    _settings_args(r)
+    r.add_argument("--no-warmup", action="store_true", help="replicas report ready without a warm-up sentence")
+    load_option_args(r)
+    r.add_argument("--replicas", default=None, metavar="N|MIN-MAX", help="replicas, or an autoscaling range")
+    r.set_defaults(func=lambda ns: _ray("cmd_ray_config", ns))
+
+
+def _ray(command: str, ns: argparse.Namespace) -> int:
+    """A command of voxserve.ray_serve, imported only when asked for (Ray is an extra)."""
+    try:
+        from .. import ray_serve
+    except ModuleNotFoundError as e:
+        if e.name != "ray" and not (e.name or "").startswith("ray."):
+            raise
+        raise ValueError("Ray Serve is not installed: pip install 'voxserve[ray]'") from None
+    return getattr(ray_serve, command)(ns)
 
 
 # the settings of `voxserve serve` that `voxserve wyoming` has too (no HTTP, no API key)
@@ -313,6 +342,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from ..errors import VoiceLoadError
     from .app import create_app, http_protocol
 
+    if getattr(ns, "ray", False):
+        return _ray("cmd_serve_ray", ns)
+    if getattr(ns, "replicas", None) is not None:
+        raise ValueError("--replicas needs --ray")
     settings = settings_from(ns)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
