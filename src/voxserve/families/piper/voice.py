@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,13 +11,22 @@ from ...errors import UnknownSpeakerError, UnpronounceableTextError
 from ...options import SynthesisOptions
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
-from ...voice import Unit, Voice, limited, sentence_seed
+from ...voice import Piece, Unit, Voice, limited, sentence_seed
+from .words import WordSpan, word_spans, word_times
+
+
+@dataclass(frozen=True)
+class VitsUnit(Unit):
+    """A Piper sentence: a Unit with the phoneme-id span of each of its words."""
+
+    spans: tuple[WordSpan, ...] = ()
 
 
 class VitsVoice(Voice):
     """A Piper (VITS) voice running on voxserve's PyTorch model."""
 
     family = "piper"
+    word_timestamps = True
 
     def __init__(self, config, runner, frontend: TextFrontend, source_path=None):
         from .config import VoiceConfig
@@ -69,7 +79,8 @@ class VitsVoice(Voice):
             n = 0
             for n, s in enumerate(self.frontend.iter_sentences(text, spoken), start=1):
                 item = self._item(s.ids, opts, n - 1)
-                yield Unit(n - 1, s.text, len(s.ids), item, len(s.ids) * self._SECONDS_PER_ID * item.length_scale)
+                yield VitsUnit(n - 1, s.text, len(s.ids), item, len(s.ids) * self._SECONDS_PER_ID * item.length_scale,
+                               spans=word_spans(s.text, s.phonemes, self.frontend.to_ids.id_map))
             if n == 0:
                 raise UnpronounceableTextError(text)
 
@@ -99,9 +110,11 @@ class VitsVoice(Voice):
         from .runner import FramesOverLimit
 
         out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
-        return [(self._sentence_error(a) if isinstance(a, FramesOverLimit) else a,
-                 None if rest is None else Unit(u.index, u.text, rest.cost, rest))
-                for u, (a, rest) in zip(units, out)]
+        frame_s = self.runner.dims.hop_length / self.sample_rate
+        return [Piece(self._sentence_error(a) if isinstance(a, FramesOverLimit) else a,
+                      None if rest is None else Unit(u.index, u.text, rest.cost, rest),
+                      word_times(getattr(u, "spans", ()), r.durations, frame_s) if r.durations is not None else ())
+                for u, r in zip(units, out) for a, rest in (r,)]
 
     def _sentence_error(self, e):
         return self.limits.sentence_error(e.frames * self.runner.dims.hop_length / self.sample_rate)

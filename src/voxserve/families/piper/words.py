@@ -1,0 +1,162 @@
+"""Word timestamps of a Piper sentence from the model's own durations.
+
+A sentence's ids are Piper's interleaving, BOS PAD (phoneme PAD)*  EOS, and espeak-ng's
+phonemes separate its words with " ". A word is a run of speech phonemes (IPA letters, stress
+and length marks) between separators; punctuation phonemes, separators and BOS/EOS belong to
+no word. Each phoneme owns its ids and the PAD after them. espeak's words are matched to the
+sentence text's words (whitespace tokens with a letter or digit, outer punctuation stripped):
+one to one when they are as many, else by a monotonic alignment on their lengths, since
+espeak joins some words ("of the" is one) and splits others ("5pm"). A phoneme word spoken for
+several text words is shared between them by their lengths, at id boundaries.
+
+The text is the sentence as spoken (after normalisation: "$5" is "five dollars"), so the words
+reported are the spoken words.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...audio import Word
+from ...text.ids import BOS, PAD
+
+_TOKEN = re.compile(r"\S+")
+# punctuation at either end of a token is not part of the word ("(quietly)," -> "quietly")
+_STRIP = re.compile(r"^[^\w]+|[^\w]+$")
+
+
+@dataclass(frozen=True)
+class WordSpan:
+    """A word of the text and the ids [lo, hi) of the sentence that say it."""
+
+    word: str
+    lo: int
+    hi: int
+
+
+def _is_speech(ph: str) -> bool:
+    return bool(ph) and unicodedata.category(ph[0])[0] in "LM"
+
+
+def text_words(text: str) -> list[str]:
+    out = []
+    for tok in _TOKEN.findall(text):
+        w = _STRIP.sub("", tok)
+        if any(ch.isalnum() for ch in w):
+            out.append(w)
+    return out
+
+
+def phoneme_words(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list[list[tuple[int, int]]]:
+    """espeak's words as lists of (first id, end id) of their speech phonemes (with the PAD
+    after each), in the id layout of `text.ids.PhonemeIdMapper` (dropped phonemes skipped)."""
+    pos = len(id_map[BOS]) + len(id_map[PAD])
+    pad = len(id_map[PAD])
+    words: list[list[tuple[int, int]]] = []
+    cur: list[tuple[int, int]] = []
+    for ph in phonemes:
+        n = len(id_map.get(ph, ()))
+        if not n:  # no id: the mapper drops it
+            if ph == " " and cur:
+                words.append(cur)
+                cur = []
+            continue
+        if ph == " ":
+            if cur:
+                words.append(cur)
+                cur = []
+        elif _is_speech(ph):
+            cur.append((pos, pos + n + pad))
+        pos += n + pad
+    if cur:
+        words.append(cur)
+    return words
+
+
+def _size(word: str) -> float:
+    """Rough phonemes of a text word: a letter ~ one, a digit ~ three (it becomes a word)."""
+    return sum(3.0 if ch.isdigit() else 1.0 for ch in word if ch.isalnum()) or 1.0
+
+
+def _align(ph_sizes: Sequence[int], txt_sizes: Sequence[float]) -> list[tuple[int, int, int, int]]:
+    """Monotonic alignment of phoneme words to text words: groups (i0, i1, j0, j1) of
+    ph[i0:i1] saying txt[j0:j1], each 1-1, 1-n or n-1 (n <= 3), covering both sequences."""
+    n, m = len(ph_sizes), len(txt_sizes)
+    scale = sum(ph_sizes) / max(sum(txt_sizes), 1e-9)
+    moves = [(1, 1), (1, 2), (2, 1), (1, 3), (3, 1)]
+    inf = math.inf
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back: list[list[tuple[int, int] | None]] = [[None] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    for i in range(n + 1):
+        for j in range(m + 1):
+            c0 = cost[i][j]
+            if c0 == inf:
+                continue
+            for a, b in moves:
+                if i + a > n or j + b > m:
+                    continue
+                p = sum(ph_sizes[i:i + a])
+                t = sum(txt_sizes[j:j + b]) * scale
+                c = c0 + abs(math.log((p + 1) / (t + 1))) + (0.0 if a == b == 1 else 0.7 * (a + b - 2))
+                if c < cost[i + a][j + b]:
+                    cost[i + a][j + b] = c
+                    back[i + a][j + b] = (a, b)
+    if cost[n][m] == inf:  # counts too far apart for the moves: one group for everything
+        return [(0, n, 0, m)]
+    groups = []
+    i, j = n, m
+    while i or j:
+        a, b = back[i][j]  # type: ignore[misc]
+        groups.append((i - a, i, j - b, j))
+        i, j = i - a, j - b
+    return groups[::-1]
+
+
+def word_spans(text: str, phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> tuple[WordSpan, ...]:
+    """The words of one sentence (its text and espeak phonemes) with their id spans."""
+    words = text_words(text)
+    ph = phoneme_words(phonemes, id_map)
+    if not words or not ph:
+        return ()
+    if len(words) == len(ph):
+        groups = [(k, k + 1, k, k + 1) for k in range(len(ph))]
+    else:
+        groups = _align([len(p) for p in ph], [_size(w) for w in words])
+    out: list[WordSpan] = []
+    for i0, i1, j0, j1 in groups:
+        phones = [span for p in ph[i0:i1] for span in p]
+        if j1 - j0 == 1 or len(phones) < j1 - j0:
+            # one text word (or too few phonemes to share): the whole span, each word
+            lo, hi = phones[0][0], phones[-1][1]
+            if j1 - j0 == 1:
+                out.append(WordSpan(words[j0], lo, hi))
+            else:
+                out.append(WordSpan(" ".join(words[j0:j1]), lo, hi))
+            continue
+        # one phoneme word for several text words: its phonemes shared by the words' sizes
+        sizes = [_size(w) for w in words[j0:j1]]
+        total, acc, start = sum(sizes), 0.0, 0
+        for k, w in enumerate(words[j0:j1]):
+            acc += sizes[k]
+            end = len(phones) if k == j1 - j0 - 1 else max(start + 1, min(len(phones) - (j1 - j0 - 1 - k),
+                                                                           round(acc / total * len(phones))))
+            out.append(WordSpan(w, phones[start][0], phones[end - 1][1]))
+            start = end
+    return tuple(out)
+
+
+def word_times(spans: Sequence[WordSpan], durations: np.ndarray, frame_s: float) -> tuple[Word, ...]:
+    """Spans timed by the ids' durations (frames) -> Words in seconds from the sentence start."""
+    if not spans:
+        return ()
+    ends = np.concatenate([[0], np.cumsum(np.asarray(durations, dtype=np.int64))])
+    n = len(durations)
+    return tuple(Word(s.word, float(ends[min(s.lo, n)]) * frame_s, float(ends[min(s.hi, n)]) * frame_s)
+                 for s in spans if ends[min(s.hi, n)] > ends[min(s.lo, n)])
