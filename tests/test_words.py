@@ -116,13 +116,32 @@ def test_stream_chunks_are_consistent_with_the_whole(joe_voice, corpus):
     assert times(got) == pytest.approx(times(whole.words), abs=1e-9)
 
 
-def test_numbers_are_reported_as_spoken(joe_voice):
-    a = joe_voice.synthesize("It costs $5 at 10:30.", DET)
-    spoken = [w.word.lower() for w in a.words]
-    assert spoken[:4] == ["it", "costs", "five", "dollars"], spoken
-    check_words(a, [w.word for w in a.words])
+def test_normalised_text_reports_the_users_own_tokens(joe_voice):
+    # "$5" is spoken as "five dollars": the word reported is "$5", over both spoken words
+    a = joe_voice.synthesize("It costs $5 at 10:30. Dr. Smith has 1,234 cats!", DET)
+    check_words(a, ["It", "costs", "$5", "at", "10:30", "Dr", "Smith", "has", "1,234", "cats"])
+    spoken = joe_voice.synthesize("It costs five dollars at ten thirty.", DET)
+    w = {x.word: x for x in a.words}
+    assert w["$5"].end - w["$5"].start == pytest.approx(spoken.words[3].end - spoken.words[2].start, abs=0.03)
     raw = joe_voice.synthesize("Room 42 now.", opts(normalize=False))
     assert [w.word for w in raw.words] == ["Room", "42", "now"]
+
+
+def test_source_words_pair_rewrites_with_their_spoken_words():
+    from voxserve.families.piper.words import SourceWords, WordSpan
+    from voxserve.text.spoken import normalize_text
+
+    text = 'See you at 5pm, OK? He said "yes" -- twice... in the U.S.A. in 1999.'
+    sw = SourceWords(text, normalize_text(text, "en-us"))
+    pairs = [(said, g and g[0]) for said, g in zip(sw.said, sw.group)]
+    assert ("five", "5pm") in pairs and ("twice", "twice") in pairs and ("U.S.A", "U.S.A.") in pairs
+    assert [g for s, g in pairs if s in ("nineteen", "ninety-nine")] == ["1999", "1999"]
+    # respan joins a source word's spoken words into one span, in order
+    first = text_words(normalize_text("See you at 5pm, OK?", "en-us"))
+    spans = [WordSpan(w, 2 * k, 2 * k + 2) for k, w in enumerate(first)]
+    got = sw.respan(" ".join(first), spans)
+    assert [s.word for s in got] == ["See", "you", "at", "5pm", "OK"]
+    assert [(s.lo, s.hi) for s in got][3] == (6, 10)
 
 
 def test_espeak_joins_and_splits_align_to_text_words(joe_voice):
@@ -175,7 +194,8 @@ def det_voice(joe_voice):
 @pytest.fixture(scope="module")
 def http(det_voice):
     fake = FakeVoice(name="fake", sample_rate=det_voice.sample_rate)
-    eng = Engine([det_voice, fake], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    # one sentence a batch: both forms then run the same shapes, so the samples can be compared exactly
+    eng = Engine([det_voice, fake], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=1)))
     app = create_app(eng, AppConfig(warmup=False, shutdown_timeout_s=5, request_timeout_s=120))
     with TestClient(app) as c:
         yield c

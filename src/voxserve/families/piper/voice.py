@@ -12,7 +12,7 @@ from ...options import SynthesisOptions
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
 from ...voice import Piece, Unit, Voice, limited, sentence_seed
-from .words import WordSpan, word_spans, word_times
+from .words import SourceWords, WordSpan, word_spans, word_times
 
 
 @dataclass(frozen=True)
@@ -74,18 +74,21 @@ class VitsVoice(Voice):
         opts = (options or SynthesisOptions()).validate()
         self.speaker_id(opts.speaker)  # unknown speaker: fail now, not mid-stream
         spoken = opts.normalize is not False  # None (unset) reads numbers, dates, ... as words
+        normalized = self.frontend.normalize(text, spoken)
+        # word timestamps name the request's own tokens
+        source = SourceWords(text, normalized, lambda t: self.frontend.normalize(t, spoken))
 
         def gen() -> Iterator[Unit]:
             n = 0
             for n, s in enumerate(self.frontend.iter_sentences(text, spoken), start=1):
                 item = self._item(s.ids, opts, n - 1)
                 yield VitsUnit(n - 1, s.text, len(s.ids), item, len(s.ids) * self._SECONDS_PER_ID * item.length_scale,
-                               spans=word_spans(s.text, s.phonemes, self.frontend.to_ids.id_map))
+                               spans=source.respan(s.text, word_spans(s.text, s.phonemes, self.frontend.to_ids.id_map)))
             if n == 0:
                 raise UnpronounceableTextError(text)
 
         silence = self.silence_after(opts)
-        split = split_sentences(self.frontend.normalize(text, spoken)) if silence else ()
+        split = split_sentences(normalized) if silence else ()
         return limited(gen(), self.limits, split, silence)
 
     # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make

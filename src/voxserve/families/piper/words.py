@@ -9,8 +9,12 @@ one to one when they are as many, else by a monotonic alignment on their lengths
 espeak joins some words ("of the" is one) and splits others ("5pm"). A phoneme word spoken for
 several text words is shared between them by their lengths, at id boundaries.
 
-The text is the sentence as spoken (after normalisation: "$5" is "five dollars"), so the words
-reported are the spoken words.
+Normalisation rewrites the text before it is split and phonemised ("$5" -> "five dollars").
+`SourceWords` maps the spoken words back to the request's own tokens: the two token streams are
+walked together, equal tokens paired, and a run that differs ("$5" | "five dollars") paired as a
+group re-anchored on the next two equal tokens within a bounded window; the user's token is then
+reported with the span from its first spoken word's start to its last one's end. Where no
+anchor is found, the spoken words are reported.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +42,8 @@ class WordSpan:
     word: str
     lo: int
     hi: int
+    n: int = 1
+    """Text words it stands for (several only when espeak gave too few phonemes to share)."""
 
 
 def _is_speech(ph: str) -> bool:
@@ -138,7 +144,7 @@ def word_spans(text: str, phonemes: Sequence[str], id_map: Mapping[str, Sequence
             if j1 - j0 == 1:
                 out.append(WordSpan(words[j0], lo, hi))
             else:
-                out.append(WordSpan(" ".join(words[j0:j1]), lo, hi))
+                out.append(WordSpan(" ".join(words[j0:j1]), lo, hi, j1 - j0))
             continue
         # one phoneme word for several text words: its phonemes shared by the words' sizes
         sizes = [_size(w) for w in words[j0:j1]]
@@ -160,3 +166,99 @@ def word_times(spans: Sequence[WordSpan], durations: np.ndarray, frame_s: float)
     n = len(durations)
     return tuple(Word(s.word, float(ends[min(s.lo, n)]) * frame_s, float(ends[min(s.hi, n)]) * frame_s)
                  for s in spans if ends[min(s.hi, n)] > ends[min(s.lo, n)])
+
+
+# a token's outer punctuation (quotes, brackets, clause and sentence marks) is not the word;
+# "$5", "10%" and "U.S." keep theirs
+_OUTER = "\"'()[]{}<>«»“”‘’„,;:!?…"
+
+
+_ABBREVIATION = re.compile(r"^(?:\w\.){2,}$")  # "U.S.A.", "p.m." keep their periods
+
+
+def source_token(tok: str) -> str:
+    w = tok.strip(_OUTER)
+    return w if _ABBREVIATION.match(w) else w.rstrip(".")
+
+
+def _key(w: str) -> str:
+    return _STRIP.sub("", w).lower()
+
+
+class SourceWords:
+    """The request's tokens against the words spoken (see the module doc), consumed sentence
+    by sentence in order by `respan`."""
+
+    MAX_SOURCE_RUN = 8  # source tokens one rewrite may take ("1,234 km/h" ...)
+    MAX_SPOKEN_RUN = 48  # the words it may become (a long number)
+
+    def __init__(self, original: str, spoken: str, say: Callable[[str], str] | None = None):
+        """say: the normaliser, token by token, to share a rewritten run between its tokens
+        ("10:30. Dr." -> "ten thirty" | "Doctor"); without it a run stays one group."""
+        raw = [x for x in _TOKEN.findall(original) if any(ch.isalnum() for ch in source_token(x))]
+        src = [source_token(x) for x in raw]
+        said = text_words(spoken)
+        # group[j] = (source word, first spoken index, end spoken index) for spoken word j
+        self.group: list[tuple[str, int, int] | None] = [None] * len(said)
+        ks, kd = [_key(t) for t in src], [w.lower() for w in said]
+        i = j = 0
+        while i < len(src) and j < len(said):
+            if ks[i] == kd[j]:
+                self.group[j] = (src[i], j, j + 1)
+                i, j = i + 1, j + 1
+                continue
+            anchor = self._anchor(ks, kd, i, j)
+            if anchor is None:
+                break  # no way back into step: the rest is reported as spoken
+            di, dj = anchor
+            if di and dj:
+                counts = [len(text_words(say(t))) for t in raw[i:i + di]] if say is not None and di > 1 else []
+                if sum(counts) != dj:  # one group for the whole run
+                    counts, names = [dj], [" ".join(src[i:i + di])]
+                else:
+                    names = src[i:i + di]
+                k = j
+                for name, c in zip(names, counts):
+                    g = (name, k, k + c)
+                    for x in range(k, k + c):
+                        self.group[x] = g
+                    k += c
+            i, j = i + di, j + dj
+        self.said = said
+        self.pos = 0
+
+    def _anchor(self, ks, kd, i, j) -> tuple[int, int] | None:
+        """The smallest skips (di, dj), di + dj first, after which the streams agree again: a
+        token equal on both sides, or both ends."""
+        for total in range(1, self.MAX_SOURCE_RUN + self.MAX_SPOKEN_RUN + 1):
+            for di in range(max(0, total - self.MAX_SPOKEN_RUN), min(self.MAX_SOURCE_RUN, total) + 1):
+                a, b = i + di, j + total - di
+                if a == len(ks) and b == len(kd):
+                    return di, total - di
+                if a < len(ks) and b < len(kd) and ks[a] == kd[b]:
+                    return di, total - di
+        return None
+
+    def respan(self, sentence: str, spans: Sequence[WordSpan]) -> tuple[WordSpan, ...]:
+        """One sentence's spans (one per spoken word, in order) as the source's words."""
+        words = text_words(sentence)
+        n = len(words)
+        if [w.lower() for w in self.said[self.pos:self.pos + n]] != [w.lower() for w in words] \
+                or sum(s.n for s in spans) != n:
+            return tuple(spans)  # not where expected (a word cut in two): as spoken
+        base, self.pos = self.pos, self.pos + n
+        out: list[WordSpan] = []
+        k, last = base, None
+        for sp in spans:
+            g = self.group[k]
+            if g is not None and (g[1] < base or g[2] > base + n):
+                g = None  # a source word said across two sentences: each part as spoken
+            if g is None or sp.n != 1:
+                out.append(sp)
+            elif g is last:  # the same source word, its next spoken word
+                out[-1] = WordSpan(g[0], out[-1].lo, sp.hi)
+            else:
+                out.append(WordSpan(g[0], sp.lo, sp.hi))
+            last = g
+            k += sp.n
+        return tuple(out)
