@@ -155,8 +155,49 @@ def test_espeak_joins_and_splits_align_to_text_words(joe_voice):
     assert text_words('He said "yes" -- twice...') == ["He", "said", "yes", "twice"]
 
 
+class _BeepVoice(voxserve.Voice):
+    """A voice whose model predicts no durations: a beep per sentence."""
+
+    name, family, sample_rate = "beep", "beep", 16000
+
+    def units(self, text, options=None):
+        from voxserve.text.split import split_sentences
+        from voxserve.voice import Unit
+
+        return iter([Unit(k, s, len(s), s) for k, s in enumerate(split_sentences(text))])
+
+    def run_units(self, units, early=(), on_early=None):
+        return [np.full(100 * len(u.payload), 0.1, np.float32) for u in units]
+
+
 def test_voice_without_durations_has_no_words():
-    assert voxserve.voice.Voice.word_timestamps is False
+    v = _BeepVoice()
+    assert not v.word_timestamps
+    a = v.synthesize("One sentence. And another.", voxserve.SynthesisOptions(sentence_silence=0.1))
+    assert a.duration > 0 and a.words == ()
+    assert all(c.words == () for c in v.stream("One sentence. And another."))
+
+
+def test_padded_layout_gives_the_same_words(joe_voice):
+    padded = voxserve.load_voice(device="cpu", runtime=voxserve.RuntimeOptions(decode_layout="padded"))
+    texts = [TEXT, "A second text."]
+    got = padded.synthesize_batch(texts, DET)
+    ref = joe_voice.synthesize_batch(texts, DET)
+    assert [a.words for a in got] == [a.words for a in ref]
+
+
+@pytest.mark.cuda
+def test_cuda_graph_words_equal_cpu_words(joe_voice):
+    """Durations read back from the graphed encoder (its outputs are copied out of the graph's
+    buffers): the same words; times within a few frames, as the GPU may round an id's duration
+    up a frame apart from the CPU."""
+    gpu = voxserve.load_voice(device="cuda")
+    gpu.warmup()
+    texts = [TEXT, "A second text.", "Three: one two three four five six seven."]
+    frame = joe_voice.runner.dims.hop_length / joe_voice.sample_rate
+    for a, b in zip(gpu.synthesize_batch(texts, DET), joe_voice.synthesize_batch(texts, DET)):
+        assert [w.word for w in a.words] == [w.word for w in b.words]
+        assert max(abs(x - y) for x, y in zip(times(a.words), times(b.words))) <= 8 * frame
 
 
 # ----------------------------------------------------------------------------- engine

@@ -71,7 +71,7 @@ def shift_words(words: Sequence[Word], offset: float) -> tuple[Word, ...]:
 
 def joined_words(sentences: Sequence[tuple[int, Sequence[Word], bool]], sample_rate: int,
                  silence_s: float) -> tuple[Word, ...]:
-    """Whole-audio words of sentences joined by `SentenceJoiner`: (samples, words relative to
+    """Whole-audio words of sentences joined by `SentenceJoiner`: (sample count, words relative to
     that chunk, partial) per chunk in order; each chunk's words move by where the joiner puts
     the chunk (the silence before it included)."""
     joiner = SentenceJoiner(sample_rate, silence_s)

@@ -113,11 +113,15 @@ class VitsVoice(Voice):
         from .runner import FramesOverLimit
 
         out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
-        frame_s = self.runner.dims.hop_length / self.sample_rate
-        return [Piece(self._sentence_error(a) if isinstance(a, FramesOverLimit) else a,
-                      None if rest is None else Unit(u.index, u.text, rest.cost, rest),
-                      word_times(getattr(u, "spans", ()), r.durations, frame_s) if r.durations is not None else ())
-                for u, r in zip(units, out) for a, rest in (r,)]
+        frame_s = self.runner.dims.hop_length / self.sample_rate  # seconds per duration frame
+        pieces = []
+        for u, r in zip(units, out):
+            audio, rest = r
+            # a sentence's first piece has its durations; a continuation (a Unit) has no spans
+            words = () if r.durations is None else word_times(getattr(u, "spans", ()), r.durations, frame_s)
+            pieces.append(Piece(self._sentence_error(audio) if isinstance(audio, FramesOverLimit) else audio,
+                                None if rest is None else Unit(u.index, u.text, rest.cost, rest), words))
+        return pieces
 
     def _sentence_error(self, e):
         return self.limits.sentence_error(e.frames * self.runner.dims.hop_length / self.sample_rate)

@@ -137,24 +137,22 @@ def word_spans(text: str, phonemes: Sequence[str], id_map: Mapping[str, Sequence
         groups = _align([len(p) for p in ph], [_size(w) for w in words])
     out: list[WordSpan] = []
     for i0, i1, j0, j1 in groups:
-        phones = [span for p in ph[i0:i1] for span in p]
-        if j1 - j0 == 1 or len(phones) < j1 - j0:
-            # one text word (or too few phonemes to share): the whole span, each word
-            lo, hi = phones[0][0], phones[-1][1]
-            if j1 - j0 == 1:
-                out.append(WordSpan(words[j0], lo, hi))
-            else:
-                out.append(WordSpan(" ".join(words[j0:j1]), lo, hi, j1 - j0))
-            continue
-        # one phoneme word for several text words: its phonemes shared by the words' sizes
-        sizes = [_size(w) for w in words[j0:j1]]
-        total, acc, start = sum(sizes), 0.0, 0
-        for k, w in enumerate(words[j0:j1]):
-            acc += sizes[k]
-            end = len(phones) if k == j1 - j0 - 1 else max(start + 1, min(len(phones) - (j1 - j0 - 1 - k),
-                                                                           round(acc / total * len(phones))))
-            out.append(WordSpan(w, phones[start][0], phones[end - 1][1]))
-            start = end
+        phones = [span for p in ph[i0:i1] for span in p]  # (first id, end id) of each phoneme
+        n_words = j1 - j0
+        if n_words == 1:
+            out.append(WordSpan(words[j0], phones[0][0], phones[-1][1]))
+        elif len(phones) < n_words:  # too few phonemes to share: the words as one span
+            out.append(WordSpan(" ".join(words[j0:j1]), phones[0][0], phones[-1][1], n_words))
+        else:  # one phoneme word for several text words: its phonemes shared by their sizes
+            sizes = [_size(w) for w in words[j0:j1]]
+            total, acc, start = sum(sizes), 0.0, 0
+            for k, w in enumerate(words[j0:j1]):
+                acc += sizes[k]
+                left = n_words - 1 - k  # words after this one, each needing a phoneme
+                end = len(phones) if not left else max(start + 1, min(len(phones) - left,
+                                                                      round(acc / total * len(phones))))
+                out.append(WordSpan(w, phones[start][0], phones[end - 1][1]))
+                start = end
     return tuple(out)
 
 
