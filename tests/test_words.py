@@ -327,15 +327,27 @@ def parse_cues(text: str, fmt: str) -> list[tuple[float, float, str]]:
     return out
 
 
-def test_cues_are_short_lines_within_sentences():
+def test_cues_are_short_balanced_lines_within_sentences():
     ws = [Word(f"w{k:02d}", k * 0.3, k * 0.3 + 0.25) for k in range(30)]
-    cs = cues(ws, sentence_ends=[3.05])
+    cs = cues(ws, sentence_ends=[1.17])  # between w03 (ends 1.15) and w04 (starts 1.2)
     assert all(len(c.text) <= 42 for c in cs)
     assert " ".join(c.text for c in cs) == " ".join(w.word for w in ws)
-    assert any(c.end <= 3.05 and c.text.endswith("w09") for c in cs)  # a sentence end ends a cue
+    assert cs[0].text == "w00 w01 w02 w03"  # a sentence end ends a cue
+    # the other 26 words (103 characters) as three lines of 8-9 words, not 10 + 10 + 6
+    assert [len(c.text.split()) for c in cs[1:]] == [9, 9, 8]
     for fmt in ("srt", "vtt"):
         parsed = parse_cues(format_captions(cs, fmt), fmt)
         assert [p[2] for p in parsed] == [c.text for c in cs]
+        assert [p[:2] for p in parsed] == [(round(c.start, 3), round(c.end, 3)) for c in cs]
+
+
+def test_cues_show_the_texts_punctuation():
+    text = 'Well, "yes" -- it costs $5 (mostly)! Then: go.'
+    ws = [Word(w, k * 0.3, k * 0.3 + 0.25) for k, w in enumerate(["Well", "yes", "it", "costs", "$5", "mostly",
+                                                                   "Then", "go"])]
+    cs = cues(ws, sentence_ends=[1.77], text=text)
+    assert [c.text for c in cs] == ['Well, "yes" it costs $5 (mostly)!', "Then: go."]
+    assert [c.text for c in cues(ws[:2], text="nothing alike")] == ["Well yes"]
 
 
 @pytest.mark.parametrize("ext", ["srt", "vtt"])
@@ -352,7 +364,8 @@ def test_say_captions_writes_well_formed_increasing_cues(tmp_path, ext, capsys):
     duration = sf.info(str(out)).duration
     parsed = parse_cues(cap.read_text(encoding="utf-8"), ext)
     assert len(parsed) >= 4
-    assert " ".join(p[2] for p in parsed).split() == WORDS + text_words(text)[len(WORDS):]
+    assert text_words(" ".join(p[2] for p in parsed)) == text_words(text)
+    assert parsed[0][2] == "Hello, world!"  # the text's punctuation
     prev = 0.0
     for t0, t1, line in parsed:
         assert prev <= t0 < t1 <= duration + 1e-3 and len(line) <= 42

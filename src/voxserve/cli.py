@@ -116,7 +116,7 @@ def cmd_say(ns: argparse.Namespace) -> int:
     if ns.captions is not None:
         from .captions import write_captions
 
-        n = write_captions(ns.captions, words, sentence_ends)
+        n = write_captions(ns.captions, words, sentence_ends, text)
         print(f"wrote {ns.captions} ({n} cues)", file=sys.stderr)
     return 0
 
