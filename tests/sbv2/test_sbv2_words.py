@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import sbv2_fixtures as fx  # noqa: E402
+
 import voxserve  # noqa: E402
 from voxserve import SynthesisOptions  # noqa: E402
 

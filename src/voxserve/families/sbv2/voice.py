@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...audio import Word
 from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
 from ...options import SynthesisOptions
 from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
-from ...audio import Word
 from ...voice import Piece, SharedComponent, Unit, Voice, limited, sentence_seed
 from . import BERT_DIR_ENV
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
