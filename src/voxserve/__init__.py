@@ -9,7 +9,7 @@ from typing import Any
 # fragmentation); only a default, and only read when CUDA first allocates.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
-from .audio import Audio, AudioChunk
+from .audio import Audio, AudioChunk, Word
 from .errors import (
     AudioTooLongError,
     EmptyTextError,
@@ -31,7 +31,7 @@ from .voices.registry import DEFAULT_VOICE, available_voices, register_voice, re
 __version__ = "0.1.0"
 
 __all__ = [
-    "Audio", "AudioChunk", "SynthesisOptions", "RuntimeOptions", "DETERMINISTIC", "Voice",
+    "Audio", "AudioChunk", "Word", "SynthesisOptions", "RuntimeOptions", "DETERMINISTIC", "Voice",
     "load_voice", "available_voices", "register_voice", "DEFAULT_VOICE",
     "VoxserveError", "InvalidInputError", "InvalidOptionError", "EmptyTextError",
     "UnpronounceableTextError", "UnknownVoiceError", "UnknownSpeakerError", "VoiceLoadError",

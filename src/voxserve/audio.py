@@ -28,12 +28,25 @@ _SF_FORMAT = {  # soundfile (libsndfile) container + subtype
 }
 
 
+@dataclass(frozen=True)
+class Word:
+    """A spoken word and where it is in its audio, in seconds (start < end)."""
+
+    word: str
+    start: float
+    end: float
+
+
 @dataclass
 class Audio:
     """Mono float32 samples in [-1, 1] at `sample_rate` Hz."""
 
     samples: np.ndarray
     sample_rate: int
+    words: tuple[Word, ...] = ()
+    """Word timestamps from the model's own durations, in seconds from the start of these
+    samples (sentence silence included); empty for a voice without them
+    (`Voice.word_timestamps` is False)."""
 
     def __post_init__(self) -> None:
         self.samples = np.asarray(self.samples, dtype=np.float32).reshape(-1)
@@ -67,6 +80,11 @@ class AudioChunk(Audio):
     partial: bool = False
     """The head of a sentence (a served stream's first audio): the next chunk, with the same
     index, is the rest of it; no sentence silence goes between the two."""
+
+    # `words` (inherited): on the chunk that starts a sentence, all that sentence's words, in
+    # seconds from the start of this chunk (= of the sentence, silence before it excluded); a
+    # word of a partial head may end after the head's samples. The chunks that continue a
+    # sentence carry none.
 
 
 def float_to_int16(samples: np.ndarray) -> np.ndarray:

@@ -74,20 +74,37 @@ def cmd_say(ns: argparse.Namespace) -> int:
     text = _read_text(ns)
     options = options_from(ns).validate()
     check_output(ns.output)
+    if ns.captions is not None:
+        from .captions import caption_format
+
+        caption_format(ns.captions)
+        check_output(ns.captions)
     fmt = check_format(ns.format) if ns.format else ("wav" if ns.output == "-" else format_from_path(Path(ns.output)))
     limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
     voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits, **load_options_from(ns))
+    if ns.captions is not None and not voice.word_timestamps:
+        raise ValueError(f"voice {voice.name!r} gives no word timestamps: --captions needs a voice that does")
     units = list(voice.units(text, options))  # front end for the whole text; audio streams below
     silence = voice.silence_after(options)
+    words, sentence_ends = [], []  # whole-audio times, for --captions
 
     def chunks():
         from tqdm import tqdm
 
+        from .voice import shift_words
+
         joiner = SentenceJoiner(voice.sample_rate, silence)
+        pos = 0  # samples written
         show = ns.progress if ns.progress is not None else (len(units) > 3 and sys.stderr.isatty())
         with tqdm(total=len(units), unit="sentence", disable=not show, file=sys.stderr) as bar:
             for c in voice.stream_units(iter(units), silence):
-                yield from joiner.pieces(c.samples, c.partial)
+                parts = joiner.pieces(c.samples, c.partial)
+                lead = sum(len(p) for p in parts[:-1])  # the silence before a sentence
+                words.extend(shift_words(c.words, (pos + lead) / voice.sample_rate))
+                pos += sum(len(p) for p in parts)
+                if not c.partial:
+                    sentence_ends.append(pos / voice.sample_rate)
+                yield from parts
                 bar.update(0 if c.partial else 1)
 
     # opened only now: bad input or a missing voice leaves an existing file alone and no reader
@@ -96,6 +113,11 @@ def cmd_say(ns: argparse.Namespace) -> int:
         write_stream(out, voice.sample_rate, fmt, chunks())
     if ns.output != "-":
         print(f"wrote {ns.output} ({len(units)} sentences)", file=sys.stderr)
+    if ns.captions is not None:
+        from .captions import write_captions
+
+        n = write_captions(ns.captions, words, sentence_ends, text)
+        print(f"wrote {ns.captions} ({n} cues)", file=sys.stderr)
     return 0
 
 
@@ -135,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"refuse a sentence whose audio would pass this (default {Limits.max_sentence_audio_seconds:g})")
     say.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar (default: on a terminal, for more than 3 sentences)")
+    say.add_argument("--captions", default=None, metavar="FILE",
+                     help="also write subtitles of the audio, timed by the voice's word timestamps: "
+                          "FILE.srt or FILE.vtt (a cue of up to 42 characters, within a sentence)")
     load_option_args(say)
     options_args(say)
     say.set_defaults(func=cmd_say)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .audio import Audio, AudioChunk, SentenceJoiner, silence_samples
+from .audio import Audio, AudioChunk, SentenceJoiner, Word, silence_samples
 from .errors import UnpronounceableTextError
 from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
@@ -44,6 +44,45 @@ class Unit:
     before its voice can run it; None: none, or already attached."""
     component_input: Any = None
     """What that component takes for this unit (e.g. the sentence's text for a BERT)."""
+
+
+class Piece(tuple):
+    """(audio, rest) of `Voice.run_pieces` for one unit, and `words`: the words of the unit's
+    sentence, in seconds from the start of this piece's audio, on the piece that starts the
+    sentence (a voice with `word_timestamps`); () on the pieces that continue one and for
+    voices without them. Unpacks as the pair."""
+
+    words: tuple[Word, ...]
+
+    def __new__(cls, audio, rest=None, words: Sequence[Word] = ()):
+        self = super().__new__(cls, (audio, rest))
+        self.words = tuple(words)
+        return self
+
+
+def piece_words(result) -> tuple[Word, ...]:
+    """The words of a run_pieces result (a plain (audio, rest) pair has none)."""
+    return getattr(result, "words", ())
+
+
+def shift_words(words: Sequence[Word], offset: float) -> tuple[Word, ...]:
+    return tuple(Word(w.word, w.start + offset, w.end + offset) for w in words)
+
+
+def joined_words(sentences: Sequence[tuple[int, Sequence[Word], bool]], sample_rate: int,
+                 silence_s: float) -> tuple[Word, ...]:
+    """Whole-audio words of sentences joined by `SentenceJoiner`: (sample count, words relative to
+    that chunk, partial) per chunk in order; each chunk's words move by where the joiner puts
+    the chunk (the silence before it included)."""
+    joiner = SentenceJoiner(sample_rate, silence_s)
+    out: list[Word] = []
+    pos = 0  # samples written so far
+    for n, words, partial in sentences:
+        parts = joiner.pieces(np.zeros(0, np.float32), partial)
+        pos += sum(len(p) for p in parts)  # the silence before this chunk, if any
+        out.extend(shift_words(words, pos / sample_rate))
+        pos += n
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -234,6 +273,11 @@ class Voice(ABC):
         """Whether two threads may run batches of this voice at once (the engine's CPU lanes)."""
         return False
 
+    word_timestamps: bool = False
+    """Whether its audio comes with word timestamps (`Audio.words`; `run_pieces` returns
+    `Piece`s with words). Voices whose model predicts no durations (autoregressive) leave it
+    False, and their audio's words are empty."""
+
     # ---------------------------------------------------------------- seams
     @abstractmethod
     def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
@@ -259,7 +303,8 @@ class Voice(ABC):
         Unit (same index) for the rest of that unit's audio, to run in a later batch. `early`
         units (a stream's first sentence) may be cut after a short head (first audio sooner);
         with max_cost, no piece costs much more than max_cost (a batch's time stays bounded).
-        The pieces of a unit join exactly. Voices that cannot cut (Bark) run units whole."""
+        The pieces of a unit join exactly. Voices that cannot cut (Bark) run units whole.
+        A voice with `word_timestamps` returns `Piece`s carrying the words."""
         return [(a, None) for a in self.run_units(units)]
 
     def warmup(self) -> None:
@@ -290,27 +335,29 @@ class Voice(ABC):
         pending = list(itertools.islice(units, 1))
         if pending:  # the first sentence: its head first, if the voice cuts it
             first = pending[0]
-            audio, rest = _raise_failed(self.run_pieces(self.resolve_components(pending), early=[0])[0])
+            res = self.run_pieces(self.resolve_components(pending), early=[0])[0]
+            audio, rest = _raise_failed(res)
+            words = piece_words(res)
             text = first.text
             start = True
             while rest is not None:
                 budget.add(len(audio), start)
                 start = False
-                yield AudioChunk(audio, self.sample_rate, index=first.index, text=text, partial=True)
-                text = ""
+                yield AudioChunk(audio, self.sample_rate, words, index=first.index, text=text, partial=True)
+                text, words = "", ()
                 audio, rest = _raise_failed(self.run_pieces([rest])[0])
             nxt = list(itertools.islice(units, 1))
             budget.add(len(audio), start)
-            yield AudioChunk(audio, self.sample_rate, index=first.index, text=text, is_last=not nxt)
+            yield AudioChunk(audio, self.sample_rate, words, index=first.index, text=text, is_last=not nxt)
             size = 2
             pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
         while pending:
             nxt = list(itertools.islice(units, 1))  # look ahead one: mark the last chunk
-            audios = self.run_units(self.resolve_components(pending))
-            for k, (u, a) in enumerate(zip(pending, audios)):
+            results = self._run_whole(self.resolve_components(pending))
+            for k, (u, (a, words)) in enumerate(zip(pending, results)):
                 last = not nxt and k == len(pending) - 1
                 budget.add(len(a))
-                yield AudioChunk(a, self.sample_rate, index=u.index, text=u.text, is_last=last)
+                yield AudioChunk(a, self.sample_rate, words, index=u.index, text=u.text, is_last=last)
             size = min(size * 2, MAX_BATCH_SENTENCES)
             pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
 
@@ -327,16 +374,27 @@ class Voice(ABC):
             if not us:
                 raise UnpronounceableTextError(t)
         flat = [(ti, u) for ti, us in enumerate(per_text) for u in us]
-        audio: dict[tuple[int, int], np.ndarray] = {}
+        audio: dict[tuple[int, int], tuple[np.ndarray, tuple[Word, ...]]] = {}
         budgets = [AudioBudget(self.limits, self.sample_rate, self.silence_after(o)) for o in opts_list]
         it = iter(flat)
         while batch := self._take_batch(it, MAX_BATCH_SENTENCES, MAX_BATCH_COST, key=lambda x: x[1]):
-            for (ti, u), a in zip(batch, self.run_units(self.resolve_components([u for _, u in batch]))):
+            for (ti, u), (a, words) in zip(batch, self._run_whole(self.resolve_components([u for _, u in batch]))):
                 budgets[ti].add(len(a))
-                audio[(ti, u.index)] = a
-        return [Audio(SentenceJoiner(self.sample_rate, self.silence_after(o)).join([audio[(ti, u.index)] for u in us]),
-                      self.sample_rate)
-                for ti, (us, o) in enumerate(zip(per_text, opts_list))]
+                audio[(ti, u.index)] = (a, words)
+        out = []
+        for ti, (us, o) in enumerate(zip(per_text, opts_list)):
+            got = [audio[(ti, u.index)] for u in us]
+            silence = self.silence_after(o)
+            out.append(Audio(SentenceJoiner(self.sample_rate, silence).join([a for a, _ in got]), self.sample_rate,
+                             joined_words([(len(a), w, False) for a, w in got], self.sample_rate, silence)))
+        return out
+
+    def _run_whole(self, units: Sequence[Unit]) -> list[tuple[np.ndarray, tuple[Word, ...]]]:
+        """One batch of whole units: (audio, words) per unit. A voice with timestamps runs it
+        through run_pieces (no cut without early/max_cost), the others through run_units."""
+        if not self.word_timestamps:
+            return [(a, ()) for a in self.run_units(units)]
+        return [(_raise_failed(r)[0], piece_words(r)) for r in self.run_pieces(units)]
 
     @staticmethod
     def _take_batch(it: Iterator, max_n: int, max_cost: int, key=lambda u: u) -> list:

@@ -25,6 +25,10 @@ class _QueueSink:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
+        self._words: dict[int, tuple] = {}  # index -> its words, until its first audio is put
+
+    def on_words(self, index: int, words: tuple) -> None:
+        self._words[index] = words
 
     def _put(self, x) -> None:
         try:
@@ -33,7 +37,7 @@ class _QueueSink:
             pass
 
     def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
-        self._put((index, samples, text, partial))
+        self._put((index, samples, text, partial, self._words.pop(index, ())))
 
     def on_done(self, n_sentences: int) -> None:
         self._put(_DONE)
@@ -77,12 +81,12 @@ class SpeechStream:
         if isinstance(x, BaseException):
             self._done = True
             raise x
-        index, samples, text, partial = x
+        index, samples, text, partial, words = x
         if self.timing.first_audio is None:
             self.timing.first_audio = time.monotonic()
         self.timing.audio_seconds += len(samples) / self.sample_rate
         self.timing.sentences += not partial
-        return AudioChunk(samples, self.sample_rate, index=index, text=text, partial=partial)
+        return AudioChunk(samples, self.sample_rate, words, index=index, text=text, partial=partial)
 
     async def first(self) -> AudioChunk | None:
         """Wait for the first chunk (or the request's error) without consuming it: lets an

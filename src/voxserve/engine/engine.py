@@ -35,7 +35,7 @@ from ..runtime.cpu import (
     set_thread_team,
     thread_teams,
 )
-from ..voice import AudioBudget, SharedComponent, StepResult, StepRunner
+from ..voice import AudioBudget, SharedComponent, StepResult, StepRunner, piece_words
 from .scheduler import (
     Batch,
     Item,
@@ -125,6 +125,8 @@ class Sink(Protocol):
         Voice.run_pieces), the rest of sentence `index` follows in the next calls (text "")."""
     def on_done(self, n_sentences: int) -> None: ...
     def on_error(self, error: BaseException) -> None: ...
+    # optional: on_words(index, words), just before the on_audio that starts sentence `index`
+    # of a voice with word timestamps: its words, in seconds from the start of that audio
 
 
 class BatchObserver(Protocol):
@@ -696,10 +698,10 @@ class _Worker:
                         log.error("a cut item shared its batch with a later item of its request")
                         eng._fail(r, RuntimeError("internal error"))
                         continue
-                    eng._deliver(r, it.index, audio, text, partial=True)
+                    eng._deliver(r, it.index, audio, text, partial=True, words=piece_words(results[k]))
                     self.scheduler.requeue(it.request_id, it.index, rest.cost, rest, time.monotonic())
                     continue
-                eng._deliver(r, it.index, audio, text)
+                eng._deliver(r, it.index, audio, text, words=piece_words(results[k]))
                 eng._maybe_finish(r)
             for rid in {it.request_id for it in batch.items}:
                 r = eng._requests.get(rid)
@@ -990,14 +992,17 @@ class Engine:
         self._start_frontend(r)
 
     # ------------------------------------------------------------------ completion (lock held)
-    def _deliver(self, r: _RequestState, index: int, audio: np.ndarray, text: str, partial: bool = False) -> None:
+    def _deliver(self, r: _RequestState, index: int, audio: np.ndarray, text: str, partial: bool = False,
+                 words: tuple = ()) -> None:
         """Hand audio to the request's sink in sentence order: with spill a sentence may finish
         before the one ahead of it, and waits here until that one is delivered."""
-        r.held.setdefault(index, []).append((audio, text, partial))
+        r.held.setdefault(index, []).append((audio, text, partial, words))
         while r.order and r.order[0] in r.held:
             k = r.order[0]
             whole = False
-            for a, t, p in r.held.pop(k):  # a cut sentence's pieces, in the order they ran
+            for a, t, p, w in r.held.pop(k):  # a cut sentence's pieces, in the order they ran
+                if w and hasattr(r.sink, "on_words"):
+                    r.sink.on_words(k, w)
                 if p:
                     r.sink.on_audio(k, a, t, partial=True)
                 else:  # as before pieces existed: sinks written then take (index, samples, text)

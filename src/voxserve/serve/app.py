@@ -44,6 +44,7 @@ from ..errors import (
     VoxserveError,
 )
 from ..options import SynthesisOptions
+from ..voice import joined_words
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .playground import PATHS as PLAYGROUND_PATHS
 from .playground import mount_playground
@@ -53,6 +54,7 @@ from .schemas import (
     OPENAI_VOICES,
     AudioVoice,
     AudioVoicesResponse,
+    CaptionedSpeechRequest,
     ModelInfo,
     ModelsResponse,
     SpeechRequest,
@@ -63,8 +65,10 @@ from .schemas import (
 
 log = logging.getLogger(__name__)
 
-ROUTES = ("/", "/v1/audio/speech", "/v1/audio/voices", "/v1/synthesize", "/v1/voices", "/v1/models", "/health",
-          "/ready", "/metrics")
+ROUTES = ("/", "/v1/audio/speech", "/v1/audio/voices", "/v1/audio/captioned_speech", "/v1/synthesize", "/v1/voices",
+          "/v1/models", "/health", "/ready", "/metrics")
+CAPTION_STREAM_FORMATS = ("pcm", "wav")
+"""Audio of a streamed captioned response's lines: each line's audio is a whole file."""
 
 
 @dataclass(frozen=True)
@@ -500,7 +504,14 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         media, headers = headers_for(encoder, fmt)
         if chunked:
             return StreamingResponse(body(stream, encoder, fmt, silence_s), media_type=media, headers=headers)
-        # whole file: collect (cancelling if the client goes away), then encode once
+        chunks = await collect(request, stream, encoder)
+        if chunks is None:
+            return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
+        samples = SentenceJoiner(stream.sample_rate, silence_s).join(chunks)
+        return Response(await encode_whole(samples, stream.sample_rate, fmt), media_type=media, headers=headers)
+
+    async def collect(request: Request, stream: SpeechStream, encoder: StreamEncoder):
+        """A whole request's chunks (cancelling if the client goes away: None), within its timeout."""
         try:
             async with asyncio.timeout(max(0.0, stream.timing.submitted + config.request_timeout_s - time.monotonic())):
                 chunks = await _collect_or_cancel(stream, request)
@@ -515,19 +526,17 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             raise _InternalError("internal error") from None
         finally:
             encoder.close()
-        if chunks is None:
-            return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
-        if stream.timing.first_audio is not None:
+        if chunks is not None and stream.timing.first_audio is not None:
             metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
-        samples = SentenceJoiner(stream.sample_rate, silence_s).join(chunks)
+        return chunks
+
+    async def encode_whole(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
         if fmt in ("wav", "pcm"):  # a header and a copy: no thread needed
-            data = encode_audio(samples, stream.sample_rate, fmt)
-        elif fmt in ("flac", "mp3"):
-            data = await asyncio.to_thread(encode_audio, samples, stream.sample_rate, fmt)
-        else:
-            enc = open_stream_encoder(fmt, stream.sample_rate)
-            data = await asyncio.to_thread(lambda: enc.write(samples) + enc.close())
-        return Response(data, media_type=media, headers=headers)
+            return encode_audio(samples, sample_rate, fmt)
+        if fmt in ("flac", "mp3"):
+            return await asyncio.to_thread(encode_audio, samples, sample_rate, fmt)
+        enc = open_stream_encoder(fmt, sample_rate)
+        return await asyncio.to_thread(lambda: enc.write(samples) + enc.close())
 
     # --------------------------------------------------------------- routes
     async def synthesis(request: Request, req, voice: str, text: str, streaming: bool, chunked: bool) -> Response:
@@ -608,6 +617,77 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     @app.get("/metrics")
     async def metrics_route():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    # --------------------------------------------------------------- captioned speech
+    def words_json(words, offset: float = 0.0) -> list[dict]:
+        return [{"word": w.word, "start": round(w.start + offset, 3), "end": round(w.end + offset, 3)}
+                for w in words]
+
+    @app.post("/v1/audio/captioned_speech")
+    async def captioned_speech(req: CaptionedSpeechRequest, request: Request):
+        """The speech body, answered as JSON: the whole file (base64) and its words, or with
+        `stream`, NDJSON lines of one sentence each (pcm or wav), words in whole-audio time."""
+        if req.model not in OPENAI_MODELS and req.model != MODEL_ID and req.model not in engine.voices:
+            raise _BadRequest(f"unknown model {req.model!r}; use one of: {', '.join((MODEL_ID,) + OPENAI_MODELS)}",
+                              "model", "model_not_found", status=404)
+        voice = voice_for(req.voice_name, openai=True)
+        if not getattr(engine.voice(voice), "word_timestamps", False):
+            raise _BadRequest(f"voice {voice!r} gives no word timestamps; use /v1/audio/speech", "voice",
+                              "unsupported_voice")
+        fmt = req.response_format
+        if req.stream and fmt not in CAPTION_STREAM_FORMATS:
+            raise _BadRequest(f"a streamed captioned response carries {' or '.join(CAPTION_STREAM_FORMATS)} "
+                              f"audio, not {fmt!r}", "response_format", "unsupported_format")
+        options = req.options()
+        silence = engine.voice(voice).silence_after(options)
+        stream, encoder = await start(voice, req.input, options, fmt, streaming=req.stream)
+        if not req.stream:
+            chunks = await collect(request, stream, encoder)
+            if chunks is None:
+                return Response(status_code=CLIENT_CLOSED)
+            sr = stream.sample_rate
+            samples = SentenceJoiner(sr, silence).join(chunks)
+            words = joined_words([(len(c.samples), c.words, c.partial) for c in chunks], sr, silence)
+            data = await encode_whole(samples, sr, fmt)
+            return JSONResponse({"audio": base64.b64encode(data).decode("ascii"), "format": fmt,
+                                 "sample_rate": encoder.sample_rate, "words": words_json(words)},
+                                headers={"Cache-Control": "no-store"})
+        encoder.close()  # each line is encoded on its own
+        return StreamingResponse(caption_lines(stream, fmt, silence), media_type="application/x-ndjson",
+                                 headers={"Cache-Control": "no-store", "X-Sample-Rate": str(stream.sample_rate)})
+
+    async def caption_lines(stream: SpeechStream, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
+        sr = stream.sample_rate
+        joiner = SentenceJoiner(sr, silence_s)
+        deadline = stream.timing.submitted + config.request_timeout_s
+        pos = 0  # samples of the whole sent so far
+        parts: list[np.ndarray] = []  # this sentence's audio, its silence first
+        words, lead, first = (), 0, True
+        try:
+            async for chunk in _until(stream, deadline):
+                if first:
+                    first = False
+                    if stream.timing.first_audio is not None:
+                        metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
+                got = joiner.pieces(chunk.samples, chunk.partial)
+                if not parts:  # the chunk that starts a sentence: its words, after its silence
+                    lead, words = sum(len(p) for p in got[:-1]), chunk.words
+                parts.extend(got)
+                if chunk.partial:
+                    continue  # one line per sentence: wait for its rest
+                samples = np.concatenate(parts)
+                data = encode_audio(samples, sr, fmt)
+                line = {"index": chunk.index, "audio": base64.b64encode(data).decode("ascii"), "format": fmt,
+                        "sample_rate": sr, "offset": round(pos / sr, 6),
+                        "words": words_json(words, (pos + lead) / sr)}
+                yield (json.dumps(line) + "\n").encode()
+                pos += len(samples)
+                parts, words = [], ()
+        except Exception as e:  # the status is sent: abort the connection, as `body` does
+            log.warning("stream %s failed after its first bytes: %s", stream.request_id, e)
+            raise
+        finally:
+            stream.cancel()
 
     mount_playground(app)
     app.add_middleware(_Guard, config=config, metrics=metrics)

@@ -184,3 +184,10 @@ class ModelInfo(BaseModel):
 class ModelsResponse(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelInfo]
+
+
+class CaptionedSpeechRequest(SpeechRequest):
+    """POST /v1/audio/captioned_speech: the /v1/audio/speech body, answered as JSON with the
+    audio (base64) and its word timestamps; `stream` true: one NDJSON line per sentence."""
+
+    stream: StrictBool = False

@@ -138,6 +138,20 @@ def synth_context_frames(dims: VitsDims) -> int:
     return int(math.ceil(dims.flow_n_flows * per_coupling + decoder_receptive_field_frames(dims))) + 1
 
 
+class VitsPiece(tuple):
+    """(audio, rest) of one item of `VitsRunner.run_pieces`, and `durations`: the frames the
+    duration predictor gave each phoneme id of the item, from the forward that made the audio
+    (int32 [len(ids)]; summed, times hop length, they are the sentence's samples), on an item's
+    first piece; None on a continuation's pieces and on an item over its frame limit."""
+
+    durations: np.ndarray | None
+
+    def __new__(cls, audio, rest, durations: np.ndarray | None = None):
+        self = super().__new__(cls, (audio, rest))
+        self.durations = durations
+        return self
+
+
 EarlyAudio = Callable[[int, np.ndarray], None]
 """on_early(k, samples): the head of item k's audio, before the rest of it is made."""
 
@@ -290,9 +304,10 @@ class VitsRunner(ResidentWeights):
         return out
 
     def run_pieces(self, items: Sequence[VitsItem | VitsContinuation], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[tuple[np.ndarray, VitsContinuation | None]]:
+                   max_cost: int | None = None) -> list[VitsPiece]:
         """Synthesise a batch, cutting long items: (audio, rest) per item, where rest is None
-        or a VitsContinuation to run later (in any later batch) for the rest of its audio.
+        or a VitsContinuation to run later (in any later batch) for the rest of its audio; each
+        a VitsPiece, whose `durations` time the item's phoneme ids.
 
         * an `early` item (a stream's first sentence) of at least first_audio_split_frames is
           cut after its head (`head_frames`), so its first audio comes in a fraction of the time;
@@ -304,10 +319,10 @@ class VitsRunner(ResidentWeights):
         if not items:
             return []
         try:  # (_submit checks the items)
-            pending, rests, over = self._submit(items, early, max_cost)
-            out: list = list(zip(pending.result(), rests))
+            pending, rests, over, durs = self._submit(items, early, max_cost)
+            out: list = [VitsPiece(a, r, d) for a, r, d in zip(pending.result(), rests, durs)]
             for k, frames in over.items():
-                out[k] = (FramesOverLimit(frames, items[k].max_frames), None)
+                out[k] = VitsPiece(FramesOverLimit(frames, items[k].max_frames), None)
             return out
         except torch.OutOfMemoryError:
             if len(items) == 1:
@@ -325,16 +340,18 @@ class VitsRunner(ResidentWeights):
 
         On CUDA the copy runs on a side stream: the next batch's compute can start while this
         one's audio is still coming back; `PendingAudio.result()` waits for the copy alone."""
-        pending, _, over = self._submit(items, (), None)
+        pending, _, over, _ = self._submit(items, (), None)
         if over:
             k, frames = next(iter(over.items()))
             raise FramesOverLimit(frames, items[k].max_frames)
         return pending
 
     @torch.inference_mode()
-    def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None], dict[int, int]]:
-        """-> the audio in flight, each item's rest, and {position: predicted frames} of the
-        items over their max_frames (their audio is a placeholder)."""
+    def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None],
+                                                       dict[int, int], list[np.ndarray | None]]:
+        """-> the audio in flight, each item's rest, {position: predicted frames} of the items
+        over their max_frames (their audio is a placeholder), and each item's durations (see
+        VitsPiece)."""
         self._check(items)
         over: dict[int, int] = {}
         team = cpu_team() if self.device.type == "cpu" else contextlib.nullcontext()
@@ -342,11 +359,13 @@ class VitsRunner(ResidentWeights):
             if self.layout == "padded":
                 if any(isinstance(it, VitsContinuation) for it in items):
                     raise ValueError("the padded layout does not run continuations (use packed)")
-                audios, lengths = self._run_padded(items, over)
+                audios, lengths, durs = self._run_padded(items, over)
                 rests: list[VitsContinuation | None] = [None] * len(items)
             else:
-                audios, lengths, rests = self._run_packed(items, early, max_cost, over)
-            return self._copy_out(audios, lengths), rests, over
+                audios, lengths, rests, durs = self._run_packed(items, early, max_cost, over)
+            for k in over:
+                durs[k] = None
+            return self._copy_out(audios, lengths), rests, over, durs
 
     def head_frames(self, frames: int) -> int:
         """Frames of a sentence's head for first audio (0: not cut): at least
@@ -457,6 +476,7 @@ class VitsRunner(ResidentWeights):
         C = self.dims.inter_channels
         # every item as a segment: frame-level prior [C, L], noise, speaker, context on the left
         segs: list[list] = [None] * B  # type: ignore[list-item]
+        durs: list[np.ndarray | None] = [None] * B
         fresh = [i for i, it in enumerate(items) if isinstance(it, VitsItem)]
         n_groups = 0
         if fresh:
@@ -465,9 +485,18 @@ class VitsRunner(ResidentWeights):
             groups = self.encode_groups([len(it.ids) for it in f_items])
             n_groups = len(groups)
             enc = [(grp, self._encode([f_items[j] for j in grp], [gens[j] for j in grp])) for grp in groups]
-            # the one device->host read of the batch: every item's frame count
-            flat = torch.cat([e.frame_lengths for _, e in enc]).tolist()
-            y: dict[int, int] = dict(zip((j for grp in groups for j in grp), flat))
+            # the one device->host read of the batch: every item's frame count, and the
+            # durations of its ids (word timestamps), in one transfer
+            order = [j for grp in groups for j in grp]
+            host = torch.cat([e.frame_lengths.float() for _, e in enc]
+                             + [e.durations.reshape(-1).float() for _, e in enc]).cpu().numpy()
+            y: dict[int, int] = dict(zip(order, host[: len(order)].astype(np.int64).tolist()))
+            pos = len(order)
+            for grp, e in enc:
+                T = e.durations.shape[1]
+                for r, j in enumerate(grp):
+                    durs[fresh[j]] = host[pos + r * T : pos + r * T + len(f_items[j].ids)].astype(np.int32)
+                pos += len(grp) * T
             for j, it in enumerate(f_items):  # over its limit: one frame of work, result replaced
                 if over is not None and over_limit(it, y[j]):
                     over[fresh[j]] = y[j]
@@ -615,10 +644,10 @@ class VitsRunner(ResidentWeights):
                 audios[i] = audio[(base[p] + k0) * hop : (base[p] + k1) * hop]
         self.last_stats = {"batch": B, "frames": float(sum(lens)), "encoder_groups": float(n_groups),
                            "cut": float(sum(r is not None for r in rests))}
-        return audios, [(k1 - k0) * hop for _, _, _, k0, k1 in pieces], rests
+        return audios, [(k1 - k0) * hop for _, _, _, k0, k1 in pieces], rests, durs
 
     def _run_padded(self, items: Sequence[VitsItem], over: dict[int, int] | None = None
-                    ) -> tuple[list[torch.Tensor], list[int]]:
+                    ) -> tuple[list[torch.Tensor], list[int], list[np.ndarray]]:
         """The reference layout: one padded batch through every stage, dense masks everywhere
         (always eager; items are never cut)."""
         m = self.model
@@ -636,7 +665,11 @@ class VitsRunner(ResidentWeights):
             m_p, logs_p, _, durations = m.encode(self._to_device(torch.from_numpy(ids)),
                                                  self._to_device(torch.tensor(t_lens)), g, dur_noise, length_scale)
         y_t = m.frame_lengths(durations)
-        y_len = y_t.tolist()  # the one device->host read of the batch
+        # the one device->host read of the batch: frame counts and the ids' durations
+        host = torch.cat([y_t.float(), durations.reshape(-1).float()]).cpu().numpy()
+        y_len = host[:B].astype(np.int64).tolist()
+        T = durations.shape[1]
+        durs = [host[B + i * T : B + i * T + n].astype(np.int32) for i, n in enumerate(t_lens)]
         if over is not None and any(over_limit(it, n) for it, n in zip(items, y_len)):
             for i, it in enumerate(items):  # over its limit: one frame of work, result replaced
                 if over_limit(it, y_len[i]):
@@ -658,7 +691,7 @@ class VitsRunner(ResidentWeights):
                                  None if g is None else g.index_select(0, idx))
                 audios.extend(audio[j, 0, : y_len[i] * hop] for j, i in enumerate(run))
         self.last_stats = {"batch": B, "frames": float(sum(y_len)), "encoder_groups": 1.0}
-        return audios, [n * hop for n in y_len]
+        return audios, [n * hop for n in y_len], durs
 
     @property
     def decode_cap(self) -> int:

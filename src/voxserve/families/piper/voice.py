@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,13 +14,22 @@ from ...options import SynthesisOptions
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
 from ...text.ssml import Break, Span
-from ...voice import Unit, Voice, limited, sentence_seed
+from ...voice import Piece, Unit, Voice, limited, sentence_seed
+from .words import SourceWords, WordSpan, word_spans, word_times
+
+
+@dataclass(frozen=True)
+class VitsUnit(Unit):
+    """A Piper sentence: a Unit with the phoneme-id span of each of its words."""
+
+    spans: tuple[WordSpan, ...] = ()
 
 
 class VitsVoice(Voice):
     """A Piper (VITS) voice running on voxserve's PyTorch model."""
 
     family = "piper"
+    word_timestamps = True
 
     def __init__(self, config, runner, frontend: TextFrontend, source_path=None):
         from .config import VoiceConfig
@@ -69,6 +78,11 @@ class VitsVoice(Voice):
         self.speaker_id(opts.speaker)  # unknown speaker: fail now, not mid-stream
         spoken = opts.normalize is not False  # None (unset) reads numbers, dates, ... as words
         doc = self.frontend.document(text, opts.input_format)  # malformed SSML: fail now
+        said = [span.text for span in doc if isinstance(span, Span)]  # the text without its markup
+        normalized = [self.frontend.normalize(t, spoken) for t in said]
+        # word timestamps name the request's own tokens
+        source = SourceWords(" ".join(said), " ".join(normalized), lambda t: self.frontend.normalize(t, spoken))
+        id_map = self.frontend.to_ids.id_map
 
         def gen() -> Iterator[Unit]:
             n, pause = 0, 0.0
@@ -78,8 +92,9 @@ class VitsVoice(Voice):
                     continue
                 item = self._item(s.ids, opts, n, s.rate)
                 payload = Paused(silence_samples(pause, self.sample_rate), item) if pause else item
-                yield Unit(n, s.text, len(s.ids), payload,
-                           len(s.ids) * self._SECONDS_PER_ID * item.length_scale + pause)
+                yield VitsUnit(n, s.text, len(s.ids), payload,
+                               len(s.ids) * self._SECONDS_PER_ID * item.length_scale + pause,
+                               spans=source.respan(s.text, word_spans(s.text, s.phonemes, id_map)))
                 n, pause = n + 1, 0.0
             if n == 0:
                 raise UnpronounceableTextError(text)
@@ -87,8 +102,7 @@ class VitsVoice(Voice):
                 yield Unit(n, "", 1, Paused(silence_samples(pause, self.sample_rate), None), pause)
 
         silence = self.silence_after(opts)
-        split = [p for span in doc if isinstance(span, Span)
-                 for p in split_sentences(self.frontend.normalize(span.text, spoken))] if silence else ()
+        split = [p for t in normalized for p in split_sentences(t)] if silence else ()
         return limited(gen(), self.limits, split, silence)
 
     # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make
@@ -112,14 +126,27 @@ class VitsVoice(Voice):
                    max_cost: int | None = None) -> list[tuple[np.ndarray | BaseException, Unit | None]]:
         """As Voice.run_pieces; a sentence over the sentence limit gets its AudioTooLongError in
         place of audio (the batch's other sentences are not affected)."""
-        from .runner import FramesOverLimit
-
         if any(isinstance(u.payload, Paused) for u in units):
             return _run_paused_pieces(self, units, early, max_cost)
         out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
-        return [(self._sentence_error(a) if isinstance(a, FramesOverLimit) else a,
-                 None if rest is None else Unit(u.index, u.text, rest.cost, rest))
-                for u, (a, rest) in zip(units, out)]
+        return [self._piece(u, r) for u, r in zip(units, out)]
+
+    def _piece(self, u: Unit, r, silence: np.ndarray | None = None) -> Piece:
+        """A runner result as a Piece with its words; `silence` (an SSML break) goes before the
+        audio, and the words after it."""
+        from .runner import FramesOverLimit
+
+        audio, rest = r
+        frame_s = self.runner.dims.hop_length / self.sample_rate  # seconds per duration frame
+        # a sentence's first piece has its durations; a continuation (a Unit) has no spans
+        words = () if r.durations is None else word_times(getattr(u, "spans", ()), r.durations, frame_s)
+        if isinstance(audio, FramesOverLimit):
+            audio = self._sentence_error(audio)
+        elif silence is not None and len(silence):
+            audio = np.concatenate([silence, audio])
+            offset = len(silence) / self.sample_rate
+            words = tuple(replace(w, start=w.start + offset, end=w.end + offset) for w in words)
+        return Piece(audio, None if rest is None else Unit(u.index, u.text, rest.cost, rest), words)
 
     def _sentence_error(self, e):
         return self.limits.sentence_error(e.frames * self.runner.dims.hop_length / self.sample_rate)
@@ -198,20 +225,7 @@ def _run_paused_units(voice: VitsVoice, units: Sequence[Unit], early, on_early) 
 
 def _run_paused_pieces(voice: VitsVoice, units: Sequence[Unit], early, max_cost):
     """run_pieces with the silence of Paused units before their first piece."""
-    from .runner import FramesOverLimit
-
     pos, items = _split_paused(units)
     at = {k: j for j, k in enumerate(pos)}
     out = voice.runner.run_pieces(items, [at[k] for k in early if k in at], max_cost) if items else []
-    result = []
-    for k, u in enumerate(units):
-        if k not in at:
-            result.append((_silence(u), None))
-            continue
-        a, rest = out[at[k]]
-        if isinstance(a, FramesOverLimit):
-            a = voice._sentence_error(a)
-        else:
-            a = np.concatenate([_silence(u), a])
-        result.append((a, None if rest is None else Unit(u.index, u.text, rest.cost, rest)))
-    return result
+    return [voice._piece(u, out[at[k]], _silence(u)) if k in at else Piece(_silence(u)) for k, u in enumerate(units)]

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...audio import Word
 from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
 from ...options import SynthesisOptions
 from ...runtime.device import resolve_dtype
 from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
-from ...voice import SharedComponent, Unit, Voice, limited, sentence_seed
+from ...voice import Piece, SharedComponent, Unit, Voice, limited, sentence_seed
 from . import BERT_DIR_ENV
 from ..piper.precision import PrecisionPolicy, apply_precision
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
@@ -71,6 +72,8 @@ class Sbv2Item:
     seed: int
     max_frames: int
     bert: torch.Tensor | None = field(default=None, repr=False)  # [1024, T] on the voice's device
+    words: tuple[tuple[str, int, int], ...] = ()
+    """(word, first id, end id) of each spoken word of the sentence, for its timestamps."""
 
 
 def split_text(text: str, language: str) -> list[str]:
@@ -121,6 +124,7 @@ class Sbv2Voice(Voice):
     """A Style-Bert-VITS2 voice (JP-Extra or multilingual) with shared BERTs."""
 
     family = "sbv2"
+    word_timestamps = True
 
     def __init__(self, name: str, ckpt: Sbv2Checkpoint, berts: Mapping[str, SbvBert],
                  device: torch.device, dtype: torch.dtype = torch.float32):
@@ -225,7 +229,8 @@ class Sbv2Voice(Voice):
                     continue  # punctuation only: nothing to say
                 ids = st.inputs
                 item = Sbv2Item(tuple(ids.phone_ids), tuple(ids.tone_ids), tuple(ids.language_ids), lang,
-                                sid, sv, length, noise, noise_w, sdp, sentence_seed(opts.seed, n), max_frames)
+                                sid, sv, length, noise, noise_w, sdp, sentence_seed(opts.seed, n), max_frames,
+                                words=self._word_spans(st, lang))
                 yield Unit(n, s, len(ids.phone_ids), item, len(ids.phone_ids) * _SECONDS_PER_ID * length,
                            component=bert.key, component_input=(st.bert_text, tuple(ids.word2ph)))
                 n += 1
@@ -255,23 +260,59 @@ class Sbv2Voice(Voice):
                    max_cost: int | None = None) -> list[tuple[np.ndarray | BaseException, Unit | None]]:
         """Whole sentences (SBV2 is not cut); a sentence over the sentence limit gets its
         AudioTooLongError in place of audio, its batch mates are not affected."""
-        return [(a, None) for a in self._synthesize([u.payload for u in units])]
+        items = [u.payload for u in units]
+        frame_s = self.model.dims.hop_length / self.sample_rate
+        return [Piece(a, None, () if isinstance(a, BaseException) else _word_times(it.words, d, frame_s))
+                for it, (a, d) in zip(items, self._synthesize_timed(items))]
 
     def warmup(self) -> None:
         self.synthesize("こんにちは。" if self.default_language == "JP" else "Hello.",
                         SynthesisOptions(seed=0))
 
     # ------------------------------------------------------------------ the model
+    def _word_spans(self, st, lang: str) -> tuple[tuple[str, int, int], ...]:
+        """The sentence's words and the ids that say them. word2ph (after add_blank) counts the
+        ids of each BERT token, [CLS] and [SEP] included; a word is its tokens: EN groups the
+        DeBERTa pieces as the g2p does, JP takes pyopenjtalk's words (the g2p's own pass again:
+        the front end returns only their concatenation)."""
+        from .text import english, japanese
+
+        tok = self._tokenizers[lang]
+        if lang == "EN":
+            groups = [("".join(w), len(w)) for w in english.text_to_words(tok.tokenize(st.norm_text))]
+        else:
+            _, _, _, words = japanese.g2p_words(st.norm_text, tok, use_jp_extra=self.jp_extra)
+            groups = [(w, 1 if w in japanese._PUNCT else len(tok.tokenize(w))) for w in words]
+        w2p = st.inputs.word2ph
+        if sum(n for _, n in groups) + 2 != len(w2p):
+            return ()  # the tokens do not line up with word2ph: no timestamps for this sentence
+        ends = np.cumsum([0, *w2p])
+        out, k = [], 1  # token 0 is [CLS]
+        for word, n in groups:
+            if any(ch.isalnum() for ch in word):
+                out.append((word, int(ends[k]), int(ends[k + n])))
+            k += n
+        return tuple(out)
+
     def _synthesize(self, items: Sequence[Sbv2Item]) -> list[np.ndarray | BaseException]:
+        return [a for a, _ in self._synthesize_timed(items)]
+
+    def _synthesize_timed(self, items: Sequence[Sbv2Item]) -> list[tuple[np.ndarray | BaseException, np.ndarray]]:
         # On a CPU a padded synthesizer batch costs more than it saves (its convolutions already
         # fill the cores at batch 1, and padding adds work): sentences run one by one there,
         # their BERT still batched (docs/sbv2.md, "Speed").
         if self.device.type == "cpu" and len(items) > 1:
-            return [a for it in items for a in self._synthesize_batch([it])]
-        return self._synthesize_batch(items)
+            return [r for it in items for r in self._synthesize_batch_timed([it])]
+        return self._synthesize_batch_timed(items)
+
+    def _synthesize_batch(self, items: Sequence[Sbv2Item]) -> list[np.ndarray | BaseException]:
+        """One padded synthesizer batch: audio per item (what a GPU runs)."""
+        return [a for a, _ in self._synthesize_batch_timed(items)]
 
     @torch.inference_mode()
-    def _synthesize_batch(self, items: Sequence[Sbv2Item]) -> list[np.ndarray | BaseException]:
+    def _synthesize_batch_timed(self, items: Sequence[Sbv2Item]) -> list[tuple[np.ndarray | BaseException, np.ndarray]]:
+        """-> per item, its audio (or its over-limit error) and its ids' durations (frames, from
+        the forward that made the audio)."""
         if any(it.bert is None for it in items):
             raise RuntimeError("SBV2 units reached the synthesizer without BERT features "
                                "(run them through resolve_components or the engine)")
@@ -300,9 +341,11 @@ class Sbv2Voice(Voice):
         )
         wave = out.wave[:, 0].float().cpu().numpy()  # [B, S_max]: the audio, not features
         lengths = out.wave_lengths.tolist()
+        durations = out.durations.float().cpu().numpy()  # [B, T], small
         hop = self.model.dims.hop_length
-        return [self.limits.sentence_error(out.predicted_frames[i] * hop / self.sample_rate)
-                if i in out.over_limit else wave[i, : lengths[i]].copy() for i in range(b)]
+        return [(self.limits.sentence_error(out.predicted_frames[i] * hop / self.sample_rate)
+                 if i in out.over_limit else wave[i, : lengths[i]].copy(), durations[i, : len(items[i].phone_ids)])
+                for i in range(b)]
 
 
 def bert_root(bert_dir: str | os.PathLike | None) -> Path:
@@ -344,3 +387,10 @@ def load_sbv2_voice(model_dir: str | os.PathLike, *, bert_dir: str | os.PathLike
             raise VoiceLoadError(f"{root}: no BERT for a language voxserve speaks (a folder "
                                  f"{BERT_FOLDERS['JP']}/ or {BERT_FOLDERS['EN']}/ with config.json)")
     return Sbv2Voice(name or folder.name, ckpt, berts, dev, synth_dtype)
+
+
+def _word_times(spans: Sequence[tuple[str, int, int]], durations: np.ndarray, frame_s: float) -> tuple[Word, ...]:
+    """(word, first id, end id) spans timed by the ids' durations -> seconds from the start."""
+    ends = np.concatenate([[0], np.cumsum(durations.astype(np.int64))])
+    return tuple(Word(w, float(ends[lo]) * frame_s, float(ends[hi]) * frame_s)
+                 for w, lo, hi in spans if ends[hi] > ends[lo])
