@@ -268,20 +268,13 @@ def test_page_speaks_plays_and_offers_the_download(joe_server, joe_voice, browse
     assert int.from_bytes(data[24:28], "little") == joe_voice.sample_rate
     n = int.from_bytes(data[40:44], "little")
     assert len(data) == 44 + n and abs(n / 2 / joe_voice.sample_rate - duration) < 0.01
-    browser_errors = browser.console_errors(allow=_missing_captions_route)
-    assert browser_errors == []
+    assert browser.console_errors() == []
 
 
 def download(page) -> bytes:
     with page.expect_download(timeout=30_000) as d:
         page.click("#download")
     return Path(d.value.path()).read_bytes()
-
-
-def _missing_captions_route(text: str, url: str) -> bool:
-    """Until POST /v1/audio/captioned_speech exists, the page falls back to /v1/synthesize; the
-    browser logs the 404 it got first."""
-    return url.endswith("/v1/audio/captioned_speech") and "404" in text
 
 
 def test_page_downloads_other_formats_from_the_server(joe_server, browser):
@@ -295,7 +288,7 @@ def test_page_downloads_other_formats_from_the_server(joe_server, browser):
     assert page.get_attribute("#download", "download") == "speech.flac"
     assert page.get_attribute("#download", "href").startswith("blob:")
     assert download(page)[:4] == b"fLaC"
-    assert browser.console_errors(allow=_missing_captions_route) == []
+    assert browser.console_errors() == []
 
 
 def test_page_asks_for_the_key_and_then_uses_it(browser):
@@ -338,13 +331,14 @@ def test_chosen_voice_speaker_and_speed_are_what_the_page_asks_for(joe_server, b
                           and b["response_format"] == "pcm" and "style" not in b for b in bodies), bodies
     data = download(page)
     assert int.from_bytes(data[24:28], "little") == 16000  # the WAV at the voice's own rate
-    assert browser.console_errors(allow=_missing_captions_route) == []
+    assert page.eval_on_selector_all("#words span", "s => s.length") == 6  # its words, highlighted
+    assert browser.console_errors() == []
 
 
 def _captions_refused(text: str, url: str) -> bool:
-    """The browser's note of the captioned route's refusal (400 for a voice without timestamps,
-    404 from a server without the route) that sends the page to /v1/audio/speech."""
-    return url.endswith("/v1/audio/captioned_speech") and ("400" in text or "404" in text)
+    """The browser's note of the captioned route's 400 for a voice without timestamps, which
+    sends the page to /v1/audio/speech."""
+    return url.endswith("/v1/audio/captioned_speech") and "400" in text
 
 
 def test_voice_without_timestamps_plays_the_plain_stream_exactly(browser):
@@ -386,4 +380,30 @@ def test_stop_ends_the_stream_quietly(joe_server, browser):
     page.wait_for_timeout(500)
     assert page.text_content("#clock") == clock  # the position no longer moves
     assert page.is_hidden("#download") and not page.get_attribute("#audio", "src")
-    assert browser.console_errors(allow=_missing_captions_route) == []
+    assert browser.console_errors() == []
+
+
+def test_word_being_spoken_is_highlighted(joe_server, browser):
+    page = browser.page
+    page.goto(joe_server.url, wait_until="load")
+    page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
+    # every change of the highlighted word, in order (recorded by the test, not the page)
+    page.evaluate("""() => { window.__lit = []; new MutationObserver(() => {
+        const s = document.querySelector('#words span.current');
+        const i = s ? [...s.parentNode.children].indexOf(s) : -1;
+        if (i >= 0 && window.__lit[window.__lit.length - 1] !== i) window.__lit.push(i);
+      }).observe(document.getElementById('words'), {subtree: true, attributes: true, attributeFilter: ['class']}); }""")
+    page.fill("#text", TEXT)
+    page.click("#speak")
+    page.wait_for_selector("#words span.current", timeout=60_000)
+    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Done')", timeout=120_000)
+    total = page.eval_on_selector("#audio", "a => a.duration")
+    page.wait_for_function(f"() => parseFloat(document.getElementById('clock').textContent) >= {total - 0.05:.2f}",
+                           timeout=60_000)
+    words = page.eval_on_selector_all("#words span", "s => s.map(x => x.textContent)")
+    lit = page.evaluate("() => window.__lit")
+    assert page.text_content("#note") == ""  # no fallback
+    assert [w.strip(".,") for w in words] == TEXT.replace(".", "").split()
+    assert lit == sorted(lit) and len(set(lit)) == len(lit)  # forward only, each word once
+    assert len(lit) >= len(words) - 2, (lit, words)  # a frame or two may miss the shortest word
+    assert browser.console_errors() == []
