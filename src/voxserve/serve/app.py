@@ -469,18 +469,23 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             return encoder.write(samples)
         return await asyncio.to_thread(encoder.write, samples)  # lame/opus/flac: off the loop
 
+    async def timed_chunks(stream: SpeechStream) -> AsyncIterator:
+        """The stream's chunks until the request's deadline; its time to first audio is observed
+        when the first one comes."""
+        first = True
+        async for chunk in _until(stream, stream.timing.submitted + config.request_timeout_s):
+            if first:
+                first = False
+                if stream.timing.first_audio is not None:
+                    metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
+            yield chunk
+
     async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float,
                    sent: list[int] | None = None) -> AsyncIterator[bytes]:
         """The encoded stream; `sent[0]` counts the samples encoded so far."""
         joiner = SentenceJoiner(stream.sample_rate, silence_s)
-        first = True
-        deadline = stream.timing.submitted + config.request_timeout_s
         try:
-            async for chunk in _until(stream, deadline):
-                if first:
-                    first = False
-                    if stream.timing.first_audio is not None:
-                        metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
+            async for chunk in timed_chunks(stream):
                 for samples in joiner.pieces(chunk.samples, chunk.partial):
                     if sent is not None:
                         sent[0] += len(samples)
@@ -659,16 +664,11 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     async def caption_lines(stream: SpeechStream, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
         sr = stream.sample_rate
         joiner = SentenceJoiner(sr, silence_s)
-        deadline = stream.timing.submitted + config.request_timeout_s
         pos = 0  # samples of the whole sent so far
         parts: list[np.ndarray] = []  # this sentence's audio, its silence first
-        words, lead, first = (), 0, True
+        words, lead = (), 0
         try:
-            async for chunk in _until(stream, deadline):
-                if first:
-                    first = False
-                    if stream.timing.first_audio is not None:
-                        metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
+            async for chunk in timed_chunks(stream):
                 got = joiner.pieces(chunk.samples, chunk.partial)
                 if not parts:  # the chunk that starts a sentence: its words, after its silence
                     lead, words = sum(len(p) for p in got[:-1]), chunk.words
