@@ -230,3 +230,27 @@ def test_cancel_of_every_request_leaves_nothing_running(capacity):
         eng.cancel(rid)
     drain(eng)
     assert voice.runner.active == 0 and eng.in_flight == 0
+
+
+def test_voices_sharing_one_step_runner_get_their_own_audio_and_pay_their_share():
+    """Saved voices of one model (CosyVoice 2) share the model's runner: one step serves both,
+    each request gets its own sequences' audio, and each voice pays for its share."""
+    a = FakeStepVoice("alice", capacity=8)
+    b = FakeStepVoice("bob")
+    b.runner = a.runner
+    eng = engine(a, b).start(threads=False)
+    sa, sb = Sink(), Sink()
+    eng.submit(a.name, LONG, SynthesisOptions(seed=1), sa)
+    eng.submit(b.name, "Hello there. Bye now.", SynthesisOptions(seed=2), sb)
+    wait_queued(eng, 3)
+    drain(eng)
+    assert sa.error is None and sb.error is None
+    for sink, voice, text, seed in ((sa, a, LONG, 1), (sb, b, "Hello there. Bye now.", 2)):
+        want = voice.expected(text, seed)
+        assert len(sink.sentences()) == len(want)
+        for got, w in zip(sink.sentences(), want):
+            np.testing.assert_array_equal(got, w)
+    # both requests' sequences ran in the same steps (one runner, stepped once per turn)
+    assert any(len(h) >= 2 for h in a.runner.history)
+    w = next(iter(eng._workers.values()))
+    assert w.scheduler.voice_time("alice") > 0 and w.scheduler.voice_time("bob") > 0

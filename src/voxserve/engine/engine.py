@@ -452,11 +452,16 @@ class _Worker:
                 resume.append(r)
 
     def _run_steps(self) -> None:
-        """One step of every active step voice, then its results delivered."""
+        """One step of every active step runner, then its results delivered. Voices that share
+        one runner (one model, several saved voices) are stepped together, once."""
         resume: list[_RequestState] = []
+        groups: dict[int, tuple[StepRunner, list[str]]] = {}
         for voice, runner in self.steppers.items():
+            groups.setdefault(id(runner), (runner, []))[1].append(voice)
+        for runner, voices in groups.values():
             with self.cond:
-                self._drop_cancelled(voice)
+                for voice in voices:
+                    self._drop_cancelled(voice)
                 if not runner.active:
                     continue
             t0 = time.perf_counter()
@@ -465,14 +470,19 @@ class _Worker:
             try:
                 results = runner.step()
             except Exception as e:  # the runner's failure fails its sequences, not the worker
-                log.exception("step of %s failed", voice)
+                log.exception("step of %s failed", "/".join(voices))
                 error = e
             dt = time.perf_counter() - t0
             with self.cond:
-                self.scheduler.charge(voice, dt)
-                mine = [k for k, q in self._seqs.items() if q.voice == voice]
+                mine = [k for k, q in self._seqs.items() if q.voice in voices]
+                counts = {v: 0 for v in voices}
                 for k in mine:
+                    counts[self._seqs[k].voice] += 1
                     self._seqs[k].seconds += dt / len(mine)
+                for voice, n in counts.items():  # each voice pays for its share of the step's sequences
+                    if n:
+                        self.scheduler.charge(voice, dt * n / len(mine))
+                owner = {res.key: self._seqs[res.key].voice for res in results if res.key in self._seqs}
                 if error is not None:
                     for k in mine:
                         runner.leave(k)
@@ -482,11 +492,16 @@ class _Worker:
                             self.engine._fail(r, error)
                 else:
                     for res in results:
-                        self._step_result(voice, res, resume)
+                        if res.key in owner:
+                            self._step_result(owner[res.key], res, resume)
                 on_step = getattr(self.engine.observer, "on_step", None)
                 if on_step is not None and error is None:
-                    audio_s = sum(len(x.audio) for x in results if x.audio is not None) / self.engine.voices[voice].sample_rate
-                    on_step(voice, len(mine), sum(1 for x in results if x.final and x.error is None), dt, audio_s)
+                    for voice, n in counts.items():
+                        if not n:
+                            continue
+                        own = [x for x in results if owner.get(x.key) == voice]
+                        audio_s = sum(len(x.audio) for x in own if x.audio is not None) / self.engine.voices[voice].sample_rate
+                        on_step(voice, n, sum(1 for x in own if x.final and x.error is None), dt * n / len(mine), audio_s)
                 self.cond.notify_all()
         for r in resume:
             self.engine._start_frontend(r)
