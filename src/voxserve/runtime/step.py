@@ -227,16 +227,20 @@ Process = Callable[[list[LMSequence], torch.Tensor], torch.Tensor]
 suppression, its EOS rule, ...), row by row (a row's scores must depend on its own row only)."""
 NextInput = Callable[[LMSequence, int], torch.Tensor]
 """next_input(sequence, token) -> what the model takes next for it: a 0-d id or an [H] embedding."""
+Pick = Callable[[list[LMSequence], torch.Tensor], list[int]]
+"""pick(sequences, scores [n, V]) -> one token per row: a family's own sampling of all rows at
+once (each row from its own generator), instead of each sequence's `sampler.pick`."""
 
 
 class Decoder:
     """The sequences of one causal LM, stepped together (see the module docstring)."""
 
     def __init__(self, forward: LMForward, process: Process | None = None, next_input: NextInput | None = None,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", pick: Pick | None = None):
         self.batch = KVBatch(forward)
         self.process = process
         self.next_input = next_input
+        self.pick = pick
         self.device = torch.device(device)
         self.waiting: list[LMSequence] = []
         self.running: dict[Hashable, LMSequence] = {}
@@ -302,8 +306,9 @@ class Decoder:
         if self.process is not None:
             scores = self.process(seqs, scores)
         stopped = []
-        for s, row in zip(seqs, scores):
-            s.tokens.append(s.sampler.pick(row))
+        picked = self.pick(seqs, scores) if self.pick is not None else [s.sampler.pick(row) for s, row in zip(seqs, scores)]
+        for s, tok in zip(seqs, picked):
+            s.tokens.append(tok)
             if s.stop.stops(s.tokens):
                 stopped.append(s)
         for s in stopped:
