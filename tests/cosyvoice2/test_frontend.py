@@ -121,6 +121,8 @@ def test_encoder_trims_to_two_frames_per_token(encoder):
         (np.zeros(16000 * 31, np.float32), 16000, "at most 30 s"),
         (np.zeros(16000, np.int16), 16000, "floats"),
         (np.zeros((3, 2, 16000), np.float32), 16000, "mono"),
+        (np.zeros(8000, np.float32), 8000, ">= 16000 Hz"),
+        (np.full(16000, np.nan, np.float32), 16000, "non-finite"),
     ],
 )
 def test_encoder_rejects_bad_waves(encoder, wave, sr, message):
@@ -188,6 +190,10 @@ def test_spk2info_both_layouts(tmp_path):
             "prompt_text": torch.tensor([[9707, 1052, 13]], dtype=torch.int32),
             "llm_prompt_speech_token": torch.from_numpy(f.speech_tokens).int()[None],
             "flow_prompt_speech_token": torch.from_numpy(f.speech_tokens).int()[None],
+            "prompt_text_len": torch.tensor([3], dtype=torch.int32),
+            "llm_prompt_speech_token_len": torch.tensor([5], dtype=torch.int32),
+            "flow_prompt_speech_token_len": torch.tensor([5], dtype=torch.int32),
+            "prompt_speech_feat_len": torch.tensor([10], dtype=torch.int32),
             "prompt_speech_feat": torch.from_numpy(f.speech_feat)[None],
             "llm_embedding": torch.from_numpy(f.embedding)[None],
             "flow_embedding": torch.from_numpy(f.embedding)[None],

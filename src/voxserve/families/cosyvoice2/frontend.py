@@ -19,7 +19,7 @@ FEAT_SAMPLE_RATE = 24000  # prompt mel rate (the model's output rate)
 TOKEN_MEL_RATIO = 2  # 25 Hz tokens, 50 Hz mel frames
 MEL_BINS = 80
 EMBED_DIM = 192
-MIN_SECONDS = 0.5
+MIN_SECONDS = 0.5  # shorter prompts give too few tokens to carry a voice
 MAX_SECONDS = 30.0  # the speech tokenizer's limit
 PROMPT_FORMAT = "voxserve-cosyvoice2-prompt/1"
 
@@ -79,8 +79,9 @@ def _mono(wave: np.ndarray, sample_rate: int) -> np.ndarray:
         raise ValueError(f"prompt wave must be mono [N] (or [channels, N]), got shape {list(wave.shape)}")
     if not np.issubdtype(wave.dtype, np.floating):
         raise ValueError(f"prompt wave must hold floats in [-1, 1], got dtype {wave.dtype}")
-    if int(sample_rate) != sample_rate or sample_rate < 8000:
-        raise ValueError(f"prompt sample rate must be an integer >= 8000 Hz, got {sample_rate}")
+    if int(sample_rate) != sample_rate or sample_rate < TOKENIZER_SAMPLE_RATE:
+        # upstream's load_wav refuses to upsample a prompt below 16 kHz: it lacks the band
+        raise ValueError(f"prompt sample rate must be an integer >= 16000 Hz, got {sample_rate}")
     seconds = wave.shape[0] / sample_rate
     if seconds < MIN_SECONDS:
         raise ValueError(f"prompt wave is {seconds:.2f} s long; at least {MIN_SECONDS} s is needed")
