@@ -83,6 +83,10 @@ class Family:
     """One of RUNNER_KINDS: how the engine runs its batches."""
     load_options: tuple[LoadOption, ...] = ()
     """Keywords of load_voice that only this family takes (passed to `load` when given)."""
+    add_voice: Callable[..., Path] | None = None
+    """add_voice(model: VoiceSource, name, prompt_wav: Path, prompt_text: str, folder: Path) ->
+    the saved voice's path: a voice made from a recording and its transcript (zero-shot
+    families), which `scan` then finds in `folder` (`voxserve voices add`)."""
 
     def __post_init__(self):
         if not self.name.isidentifier():
