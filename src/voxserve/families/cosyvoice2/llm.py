@@ -83,7 +83,7 @@ class CosyLM(nn.Module):
         if inputs_embeds is None:
             inputs_embeds = self.speech_embedding(input_ids)
         out = self.llm.model.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                   position_ids=position_ids, past_key_values=cache, use_cache=True)
+                                   position_ids=position_ids, cache=cache, use_cache=True)
         return self.llm_decoder(out.last_hidden_state)
 
     def teacher_forced_logits(self, prompt: torch.Tensor, speech: torch.Tensor) -> torch.Tensor:

@@ -7,13 +7,16 @@ The rule, for one row with log-probabilities `logp` [V], its tokens so far and i
    the sum of the kept ones is below top_p (0.8) and fewer than top_k (25) are kept (the first
    is always kept); draw one of them in proportion to p;
 2. repetition: if that token occurs at least win_size * tau_r times (10 x 0.1 = once) among the
-   row's last win_size (10) tokens, draw again from the whole of p instead;
+   row's last win_size (10) tokens, draw again from the whole of p (in the same sorted order);
 3. while the row is under its minimum length, a draw of EOS or of a token above it is refused
    and steps 1-2 run again (at most 100 times, then it fails); above its minimum, EOS stops the
    row and a token above EOS is refused the same way (upstream's unistream rule).
 
 A draw is inverse-CDF sampling with one uniform number from the row's generator
-(`torch.rand(1)`), so a row's tokens depend on its own logits and generator only.
+(`torch.rand(1)`), so a row's tokens depend on its own logits and generator only. The CDF is
+summed in float64 over the sorted probabilities: in float32 a sum over the whole vocabulary
+rounds differently when a row's logits move by batch-level float noise (~1e-6), which flipped
+about one full-distribution redraw in a hundred on a near-uniform model.
 """
 
 from __future__ import annotations
@@ -53,24 +56,23 @@ def ras_step(logp: torch.Tensor, samplers: Sequence[RasSampler], histories: Sequ
     """One draw (steps 1-2) for every row: logp [n, V] -> token ids."""
     n = logp.shape[0]
     s0 = samplers[0]
-    p = logp.float().softmax(-1)
-    sp, si = p.sort(-1, descending=True, stable=True)
-    k = min(s0.top_k, sp.shape[-1])
-    sp, si = sp[:, :k], si[:, :k]
+    p = logp.double().softmax(-1)
+    p, order = p.sort(dim=-1, descending=True, stable=True)  # [n, V] each
+    k = min(s0.top_k, p.shape[-1])
+    sp = p[:, :k]
     before = sp.cumsum(-1) - sp  # mass kept before each candidate
     keep = before < s0.top_p
     keep[:, 0] = True
-    u = torch.cat([s.uniform() for s in samplers]).to(p.device)
-    tok = si.gather(1, _draw(sp * keep, u)[:, None]).squeeze(1)
-    out = tok.tolist()
+    u = torch.cat([s.uniform() for s in samplers]).to(p.device).double()
+    out = order.gather(1, _draw(sp * keep, u)[:, None]).squeeze(1).tolist()
     redo = []
     for r in range(n):
         win = histories[r][-samplers[r].win_size:]
         if sum(1 for t in win if t == out[r]) >= samplers[r].win_size * samplers[r].tau_r:
             redo.append(r)
     if redo:
-        u2 = torch.cat([samplers[r].uniform() for r in redo]).to(p.device)
-        full = _draw(p[redo], u2).tolist()
+        u2 = torch.cat([samplers[r].uniform() for r in redo]).to(p.device).double()
+        full = order[redo].gather(1, _draw(p[redo], u2)[:, None]).squeeze(1).tolist()
         for r, t in zip(redo, full):
             out[r] = t
     return out
