@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..voice import Voice
     from ..voices.registry import VoiceSource
 
-BUILTIN = ("piper", "sbv2", "bark")
+BUILTIN = ("piper", "sbv2", "bark", "cosyvoice2")
 """Family packages under voxserve.families imported when the registry is first asked."""
 
 RUNNER_KINDS = ("one-shot", "step")

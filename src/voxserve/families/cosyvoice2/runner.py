@@ -124,9 +124,13 @@ class CosyStepRunner(StepRunner):
                     seq.ready_since = now
 
     def _ready(self, seq: _Seq) -> tuple[int, bool] | None:
-        if not (self.streaming and seq.unit.payload.speed == 1.0) and not seq.finished:
-            return None  # the whole sentence at once (full attention; speed changes need it)
+        if not self._streams(seq):
+            # the whole sentence at once (full attention; a speed change stretches all of it)
+            return (len(seq.tokens), True) if seq.finished else None
         return seq.schedule.ready(len(seq.tokens), seq.finished)
+
+    def _streams(self, seq: _Seq) -> bool:
+        return self.streaming and seq.unit.payload.speed == 1.0
 
     def _token2wav(self, out: list[StepResult], t0: float) -> None:
         while True:
@@ -138,8 +142,8 @@ class CosyStepRunner(StepRunner):
             batch = jobs[: self.max_chunk_rows]
             try:
                 waves = self.model.token2wav([
-                    (seq.stream, seq.tokens, seq.schedule.offset, end, final,
-                     self.streaming and seq.unit.payload.speed == 1.0) for seq, (end, final) in batch])
+                    (seq.stream, seq.tokens, seq.schedule.offset, end, final, self._streams(seq))
+                    for seq, (end, final) in batch])
             except Exception as e:
                 for seq, _ in batch:
                     self.leave(seq.key)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import VoiceLoadError
@@ -96,10 +97,11 @@ def load_saved(path: Path):
     from .frontend import load_prompt
 
     meta = read_voice_info(path)
-    features = load_prompt(path / "prompt.npz")
-    features = type(features)(**{**features.__dict__, "prompt_text": meta["prompt_text"]}) \
-        if hasattr(features, "__dict__") and getattr(features, "prompt_text", None) != meta["prompt_text"] else features
-    return Path(meta["model"]), features
+    try:
+        features = load_prompt(path / "prompt.npz")
+    except (OSError, ValueError) as e:
+        raise VoiceLoadError(str(e)) from None
+    return Path(meta["model"]), replace(features, prompt_text=meta["prompt_text"])
 
 
 def add_voice(model_dir: Path, name: str, prompt_wav: Path, prompt_text: str, folder: Path) -> Path:
@@ -111,6 +113,5 @@ def add_voice(model_dir: Path, name: str, prompt_wav: Path, prompt_text: str, fo
     model_dir = Path(model_dir).expanduser()
     check_folder(model_dir)
     wave, rate = read_recording(prompt_wav)
-    features = prompt_encoder(model_dir).encode(wave, rate)
-    features = type(features)(**{**features.__dict__, "prompt_text": prompt_text})
+    features = replace(prompt_encoder(model_dir).encode(wave, rate), prompt_text=prompt_text)
     return save_voice(folder, name, model_dir, features)
