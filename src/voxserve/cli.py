@@ -137,6 +137,22 @@ def cmd_voices(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_voices_add(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .families import get_family
+    from .voices.registry import resolve_voice, user_voice_dir
+
+    model = resolve_voice(ns.model)
+    fam = get_family(model.family)
+    if fam.add_voice is None:
+        raise ValueError(f"{ns.model} is a {fam.name} voice: that family makes no voices from recordings")
+    folder = Path(ns.dir).expanduser() if ns.dir else user_voice_dir()
+    out = fam.add_voice(model, ns.name, Path(ns.prompt_wav).expanduser(), ns.prompt_text, folder)
+    print(f"saved voice {ns.name!r} in {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="voxserve", description="Fast neural text-to-speech.")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -164,9 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
     options_args(say)
     say.set_defaults(func=cmd_say)
 
-    voices = sub.add_parser("voices", help="list the voices that can load")
+    voices = sub.add_parser("voices", help="list the voices that can load; `voices add`: save a voice from a recording")
     voices.add_argument("--json", action="store_true")
     voices.set_defaults(func=cmd_voices)
+    vsub = voices.add_subparsers(dest="voices_command")
+    add = vsub.add_parser("add", help="save a zero-shot voice from a recording and its transcript "
+                                      "(families that clone voices: CosyVoice 2)")
+    add.add_argument("name", help="the new voice's name (letters, digits, _ . -)")
+    add.add_argument("--model", required=True, help="the model the voice speaks with, e.g. cosyvoice2:DIR")
+    add.add_argument("--prompt-wav", required=True, help="a recording of the speaker, 3-30 s (WAV, FLAC, OGG)")
+    add.add_argument("--prompt-text", required=True, help="what the recording says, word for word")
+    add.add_argument("--dir", default=None, help="the voice folder to save it in (default: the user voice "
+                                                 "folder, ~/.local/share/voxserve/voices)")
+    add.set_defaults(func=cmd_voices_add)
 
     for mod in ("serve.cli", "bench", "loadtest"):
         try:

@@ -65,14 +65,16 @@ def register_voice(name: str, path: str | Path, config_path: str | Path | None =
     return src
 
 
+def user_voice_dir() -> Path:
+    """The user's voice folder (searched after $VOXSERVE_VOICES_PATH): where saved voices go."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("voxserve")) / "voices"
+
+
 def _search_dirs() -> list[Path]:
     dirs = [Path(p) for p in os.environ.get("VOXSERVE_VOICES_PATH", "").split(os.pathsep) if p]
-    try:
-        import platformdirs
-
-        dirs.append(Path(platformdirs.user_data_dir("voxserve")) / "voices")
-    except ImportError:  # pragma: no cover - platformdirs is a dependency
-        pass
+    dirs.append(user_voice_dir())
     return dirs
 
 
