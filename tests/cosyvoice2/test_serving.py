@@ -96,3 +96,75 @@ def test_an_unknown_speaker_is_a_400(client, cv2_voice):
     r = client.post("/v1/synthesize", json={"voice": cv2_voice.name, "text": "Hello.", "speaker": "nobody"},
                     timeout=30)
     assert r.status_code == 400 and "nobody" in r.text
+
+
+# ----------------------------------------------------------------------------- voxserve serve
+@pytest.fixture(scope="module")
+def served(cv2_dir, prompt_wav, tmp_path_factory):
+    from server_process import ServerProcess
+
+    from voxserve.cli import main
+
+    folder = tmp_path_factory.mktemp("voices")
+    assert main(["voices", "add", "me", "--model", f"cosyvoice2:{cv2_dir}", "--prompt-wav", str(prompt_wav),
+                 "--prompt-text", "Hello, this is my voice.", "--dir", str(folder)]) == 0
+    s = ServerProcess(["--threads", "1", "--voice", f"cosyvoice2:{cv2_dir}", "--voice", "me"],
+                      env={"VOXSERVE_VOICES_PATH": str(folder)})
+    yield s, folder
+    s.stop()
+
+
+def test_serve_lists_the_model_folder_and_the_saved_voice(served):
+    s, _ = served
+    voices = {v["name"]: v for v in s.client.get("/v1/voices").json()["voices"]}
+    assert set(voices) == {"tiny-cosyvoice2", "me"}
+    assert voices["tiny-cosyvoice2"]["family"] == voices["me"]["family"] == "cosyvoice2"
+    assert voices["tiny-cosyvoice2"]["speakers"] == ["spk"] and voices["me"]["speakers"] == ["me"]
+
+
+def test_serve_streams_the_saved_voice_as_the_library_says_it(served, monkeypatch):
+    import voxserve
+
+    s, folder = served
+    monkeypatch.setenv("VOXSERVE_VOICES_PATH", str(folder))
+    text = "Hello there, this is a longer sentence to say."
+    body = {"voice": "me", "text": text, "seed": 7, "response_format": "pcm", "stream": True}
+    pieces = []
+    with s.client.stream("POST", "/v1/synthesize", json=body) as r:
+        assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
+        pieces = [p for p in r.iter_raw() if p]
+    assert len(pieces) >= 2  # chunks arrive before the sentence is done
+    got = np.frombuffer(b"".join(pieces), "<i2").astype(np.float32) / 32767
+    ref = voxserve.load_voice("me", device="cpu").synthesize(text, SynthesisOptions(seed=7)).samples
+    assert_same_audio(got, np.clip(ref, -1, 1))
+    r = s.client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "me", "input": "Hi.",
+                                                "response_format": "wav"})
+    assert r.status_code == 200 and sf.info(io.BytesIO(r.content)).samplerate == 24000
+
+
+def test_client_disconnect_stops_cosyvoice_work(served):
+    import time
+
+    s, _ = served
+    n = 60
+    before = s.metric("voxserve_sentences_synthesized_total")
+    text = " ".join(["The cat is on the mat."] * n)
+    with s.client.stream("POST", "/v1/synthesize", json={"voice": "tiny-cosyvoice2", "text": text, "seed": 1,
+                                                         "response_format": "pcm", "stream": True}) as r:
+        assert r.status_code == 200
+        next(r.iter_raw())
+    steps, stable_since = -1.0, time.time()
+    deadline = time.time() + 90
+    while time.time() < deadline:  # until the worker runs no more steps
+        now = s.metric("voxserve_step_sequences_count")
+        if now != steps:
+            steps, stable_since = now, time.time()
+        elif time.time() - stable_since > 2:
+            break
+        time.sleep(0.1)
+    assert time.time() < deadline, "the worker kept stepping after the client left"
+    # the sentences decoding side by side when the client left (up to the runner's capacity),
+    # and those that end before the cancel reaches the worker; never the rest
+    assert s.metric("voxserve_sentences_synthesized_total") - before < n // 2
+    assert s.metric("voxserve_sentences_dropped") > 0
+    assert s.metric("voxserve_in_flight_requests") == 0
