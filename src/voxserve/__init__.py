@@ -76,6 +76,9 @@ def load_voice(
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
     mine = {o.name for o in family.load_options}
     kwargs.update({k: v for k, v in family_options.items() if k in mine and v is not None})
-    voice = family.load(src, device=device, dtype=dtype, runtime=runtime, **kwargs)
+    from .runtime.cpu import in_passing_thread
+
+    # on a thread of its own: the caller keeps no OpenMP team an engine's worker would pay for
+    voice = in_passing_thread(family.load, src, device=device, dtype=dtype, runtime=runtime, **kwargs)
     voice.limits = limits
     return voice

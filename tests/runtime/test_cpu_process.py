@@ -53,3 +53,60 @@ def test_release_frees_the_calling_threads_openmp_team_only():
     assert result["released"] is True
     assert result["after"] < result["with_team"]  # its helper thread is gone
     assert result["again"] == result["with_team"]
+
+
+PASSING = r"""
+import json, os, time, torch
+from voxserve.runtime.cpu import in_passing_thread
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+x = torch.randn(512, 4096)
+
+def work():
+    for _ in range(3):
+        torch.tanh(x)
+    return threads()
+
+torch.set_num_threads(2)
+before = threads()
+during = in_passing_thread(work)
+for _ in range(200):  # the helper ends a moment after its team's thread
+    if threads() <= before:
+        break
+    time.sleep(0.01)
+after_passing = threads()
+work()  # on this thread: its team stays
+print(json.dumps({"before": before, "during": during, "after_passing": after_passing, "after_here": threads()}))
+"""
+
+
+@linux_omp
+def test_a_passing_thread_leaves_no_openmp_team_behind():
+    # model loading runs so (voxserve.load_voice): a team the loading thread kept would make
+    # an engine worker's helpers sleep at every parallel region (runtime/cpu.py)
+    out = subprocess.run([sys.executable, "-c", PASSING], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["during"] > r["before"] + 1  # the passing thread and its helper
+    assert r["after_passing"] == r["before"]
+    assert r["after_here"] > r["before"]
+
+
+def test_in_passing_thread_returns_raises_and_keeps_the_thread_count():
+    import threading
+
+    from voxserve.runtime.cpu import in_passing_thread
+
+    me = threading.get_ident()
+    assert in_passing_thread(lambda a, b=0: (a + b, threading.get_ident() != me), 2, b=3) == (5, True)
+    with pytest.raises(KeyError, match="gone"):
+        in_passing_thread(lambda: {}["gone"])
+    n = torch.get_num_threads()
+    try:
+        in_passing_thread(torch.set_num_threads, 1)
+        assert torch.get_num_threads() == 1  # what the voice's loader set applies here too
+    finally:
+        torch.set_num_threads(n)

@@ -211,6 +211,39 @@ class cpu_team:
         return False
 
 
+def in_passing_thread(fn, *args, **kwargs):
+    """fn(*args, **kwargs) on a new thread that ends with it: its result, or its exception
+    raised here. For model loading and warm-up in a process whose inference runs on a worker
+    thread: libgomp counts a thread's OpenMP team for as long as the thread lives (the main
+    thread's even after `release_openmp_threads`), and once it counts more threads than CPUs
+    it throttles spinning, so the worker's helpers sleep on a futex at every parallel region
+    (docs/cosyvoice2.md, "Threads": CosyVoice 2 steps ran 1.5-1.9x slower on a worker thread
+    after the main thread had loaded the model). The torch thread count fn set is applied to
+    the calling thread too (it is per thread under OpenMP)."""
+    import threading
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn(*args, **kwargs)
+        except BaseException as e:  # re-raised in the caller
+            box["err"] = e
+        finally:
+            if "torch" in sys.modules:
+                box["threads"] = sys.modules["torch"].get_num_threads()
+
+    t = threading.Thread(target=run, name="voxserve-load", daemon=True)
+    t.start()
+    t.join()
+    torch = sys.modules.get("torch")
+    if torch is not None and "threads" in box and torch.get_num_threads() != box["threads"]:
+        torch.set_num_threads(box["threads"])  # sets this thread's count; starts no team
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
 def release_openmp_threads() -> bool:
     """Free the calling thread's OpenMP helper threads (omp_pause_resource_all), e.g. in the
     thread that loaded the voices, before an inference worker thread takes over the model; they

@@ -37,6 +37,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from .. import __version__
 from ..audio import SentenceJoiner, float_to_int16
 from ..engine import AsyncEngine, Engine, SpeechStream
+from ..runtime.cpu import in_passing_thread
 from ..errors import (
     EngineClosedError,
     InvalidInputError,
@@ -628,7 +629,7 @@ async def warm_up(engine: Engine) -> None:
     as fast as the next). Before any traffic: it uses the models from a worker thread."""
     aengine = AsyncEngine(engine)
     for name in engine.voices:
-        await asyncio.to_thread(engine.warm_voice, name)
+        await asyncio.to_thread(in_passing_thread, engine.warm_voice, name)  # (runtime/cpu.py)
         await aengine.submit(name, "Hello.").collect()
 
 
