@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev,bark,sbv2,wyoming,ray]"
+	$(PY) -m pip install -q -e ".[dev,bark,sbv2,cosyvoice2,wyoming,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -276,6 +276,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         (out / "report.md").write_text(render_markdown(result, links(out.resolve())), encoding="utf-8")
-    # success: something besides the Piper reference was measured (voxserve's VITS or Bark rows)
+    # success: something besides the Piper reference was measured (voxserve's VITS or Bark rows,
+    # or a suite that measures on its own and says so)
     measured = [a for a in result["arms"] if a["engine"] != "piper" and a["status"] == "ok"]
+    measured += [s for s in result["suites"].values() if isinstance(s, dict) and s.get("measured")]
     return 0 if measured else 1

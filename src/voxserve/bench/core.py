@@ -329,7 +329,7 @@ def run_bench(
             with _deadline(budget_s):
                 if device == "cpu":
                     rounds_done = _interleaved(ctx, runnable, tasks, res, bar, over)
-                    if rounds_done < rounds:
+                    if rounds_done < rounds and runnable:  # (a suite may measure on its own)
                         notes.append(
                             f"time budget reached: {max(rounds_done - settings.warmup, 0)} timed rounds "
                             f"instead of {rounds - settings.warmup}"
