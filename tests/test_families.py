@@ -4,6 +4,7 @@ comparisons in generic code."""
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def fake_family():
     loaded = []
 
     def load(src, *, device, dtype, runtime, **kw):
-        loaded.append((src, device, runtime, kw))
+        loaded.append((src, device, runtime, kw, threading.get_ident()))
+        if runtime is not None and runtime.gain < 0:
+            raise ValueError("bad gain")
         return FakeVoice(src.name, (runtime or FakeOptions()).gain)
 
     fam = register_family(Family(
@@ -73,6 +76,9 @@ def test_fake_family_loads_through_load_voice(fake_family, monkeypatch, tmp_path
     v = voxserve.load_voice("fake:whatever", device="cpu", runtime=FakeOptions(gain=0.5))
     assert isinstance(v, FakeVoice) and v.name == "whatever" and v.limits is not None
     assert loaded[0][0] == VoiceSource("whatever", "fake", Path("whatever"))
+    assert loaded[0][4] != threading.get_ident()  # loaded on a passing thread (runtime/cpu.py)
+    with pytest.raises(ValueError, match="bad gain"):  # the loader's error reaches the caller
+        voxserve.load_voice("fake:whatever", device="cpu", runtime=FakeOptions(gain=-1))
     audio = v.synthesize("abc")
     assert audio.sample_rate == 8000 and np.allclose(audio.samples[:3], 0.5)
     # listed: the family's scan finds its voices in $VOXSERVE_VOICES_PATH folders
