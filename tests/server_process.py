@@ -59,6 +59,20 @@ class ServerProcess:
         m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
         return float(m.group(1)) if m else 0.0
 
+    def wait_settled(self, name: str, quiet_s: float, timeout_s: float) -> tuple[float, bool]:
+        """Poll the metric until it has not changed for quiet_s seconds: (its last value,
+        whether it settled within timeout_s)."""
+        last, since = -1.0, time.time()
+        deadline = since + timeout_s
+        while time.time() < deadline:
+            now = self.metric(name)
+            if now != last:
+                last, since = now, time.time()
+            elif time.time() - since > quiet_s:
+                return last, True
+            time.sleep(0.1)
+        return last, False
+
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM (graceful: in-flight requests finish), then kill after `timeout` seconds."""
         self.client.close()

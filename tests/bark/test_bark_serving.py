@@ -473,15 +473,8 @@ def test_client_disconnect_stops_bark_work(served, bark_voice):
                                                                 "input": text, "response_format": "pcm"}) as r:
         assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
         next(r.iter_bytes())
-    last, stable_since = -1.0, time.time()
-    deadline = time.time() + 60
-    while time.time() < deadline:  # wait until nothing more is being generated
-        now = served.metric("voxserve_sentences_synthesized_total")
-        if now != last:
-            last, stable_since = now, time.time()
-        elif time.time() - stable_since > 1.5:
-            break
-        time.sleep(0.1)
+    # wait until nothing more is being generated
+    last, _ = served.wait_settled("voxserve_sentences_synthesized_total", quiet_s=1.5, timeout_s=60)
     # the sequences running when the client left (a lone request's sentences run side by side,
     # up to the runner's capacity) and those that end before the cancel reaches the worker: never the rest
     assert last - before <= 2 * bark_voice.step_runner().capacity < n, last - before

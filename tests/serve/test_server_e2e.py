@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -96,15 +95,7 @@ def test_client_disconnect_stops_the_work(server):
         assert r.status_code == 200
         next(r.iter_bytes())
     # the connection is closed: wait until nothing more is being synthesised
-    last, stable_since = -1.0, time.time()
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        now = server.metric("voxserve_sentences_synthesized_total")
-        if now != last:
-            last, stable_since = now, time.time()
-        elif time.time() - stable_since > 1.5:
-            break
-        time.sleep(0.1)
+    last, _ = server.wait_settled("voxserve_sentences_synthesized_total", quiet_s=1.5, timeout_s=60)
     run = last - before
     # the first sentence, the batch in flight and at most one more batch of 4: never the rest
     assert run <= 1 + 2 * 4, run
