@@ -93,11 +93,10 @@ SPEAKER = "spk"
 
 
 # ---------------------------------------------------------------------------- the model folder
-def _shapes(folder: Path, qcfg) -> dict[str, dict[str, list[int]]]:
-    """Every tensor of llm.pt / flow.pt / hift.pt, by upstream's key names, from our modules
-    built from the folder's config (HiFT's convolutions in weight-norm form, as upstream saves)."""
+def _modules(folder: Path, qcfg):
+    """Our language model (its Qwen2 backbone uninitialised), flow and HiFT, built from the
+    folder's config: their state dicts give the shapes the folder's weights must have."""
     import transformers
-    from cv2_fixtures import meta
     from transformers.initialization import no_init_weights
 
     from voxserve.families.cosyvoice2.config import load_config
@@ -108,8 +107,14 @@ def _shapes(folder: Path, qcfg) -> dict[str, dict[str, list[int]]]:
     config = load_config(folder / "cosyvoice2.yaml")
     with no_init_weights():
         lm = CosyLM(CosyLMDims(hidden=qcfg.hidden_size), transformers.Qwen2ForCausalLM(qcfg))
-    flow = CosyFlow(FlowDims.from_config(config.flow))
-    hift = HiFT(HiftDims.from_config(config.hift))
+    return lm, CosyFlow(FlowDims.from_config(config.flow)), HiFT(HiftDims.from_config(config.hift))
+
+
+def _shapes(lm, flow, hift) -> dict[str, dict[str, list[int]]]:
+    """Every tensor of llm.pt / flow.pt / hift.pt, by upstream's key names (HiFT's
+    convolutions in weight-norm form, as upstream saves them)."""
+    from cv2_fixtures import meta
+
     normed = {k.removesuffix("parametrizations.weight.original0") for k in meta()["shapes"]["hift"]
               if k.endswith("parametrizations.weight.original0")}
     hs: dict[str, list[int]] = {}
@@ -142,7 +147,8 @@ def build_folder(size: str, folder: Path) -> None:
         assert yaml.count(line) == 1
         yaml = yaml.replace(line, line + "        static_chunk_size: 25\n")
     (folder / "cosyvoice2.yaml").write_text(yaml, encoding="utf-8")
-    shapes = _shapes(folder, qcfg)
+    lm, flow, hift = _modules(folder, qcfg)
+    shapes = _shapes(lm, flow, hift)
     parts = {}
     for k, part in enumerate(("llm", "flow", "hift")):
         parts[part] = {key: torch.from_numpy(v) for key, v in weights.make_state_dict(tiny.SEED + 100 + k,
@@ -155,10 +161,7 @@ def build_folder(size: str, folder: Path) -> None:
     for part, sd in parts.items():
         torch.save(sd, folder / f"{part}.pt")
     # the backbone as the folder ships it (the reference's Qwen2Encoder loads it before llm.pt)
-    from transformers.initialization import no_init_weights
-
-    with no_init_weights():
-        qwen = transformers.Qwen2ForCausalLM(qcfg)
+    qwen = lm.llm.model
     qwen.load_state_dict({k.removeprefix("llm.model."): v for k, v in llm.items() if k.startswith("llm.model.")})
     qwen.save_pretrained(blank, safe_serialization=True)
     torch.save({SPEAKER: prompt_entry()}, folder / "spk2info.pt")
