@@ -317,10 +317,9 @@ class ReferenceSide:
 
 
 def reference_unavailable() -> str | None:
-    venv = ROOT / ".ref" / "cosyvoice2" / "venv" / ".cosyvoice-reference-stamp"
-    if not venv.is_file() and not os.environ.get("VOXSERVE_BENCH_BUILD_REFERENCE"):
-        return ("the reference venv is absent: run scripts/cosyvoice-reference (a few minutes; or set "
-                "VOXSERVE_BENCH_BUILD_REFERENCE=1 to let the bench build it)")
+    venv = Path(os.environ.get("CV2_REF_VENV") or ROOT / ".ref" / "cosyvoice2" / "venv")  # the script's own
+    if not (venv / ".cosyvoice-reference-stamp").is_file():
+        return "the reference venv is absent: run scripts/cosyvoice-reference (a few minutes, needs a package index)"
     return None
 
 
