@@ -141,11 +141,8 @@ def build_folder(size: str, folder: Path) -> None:
     blank = folder / "CosyVoice-BlankEN"
     _script().write_tokenizer(blank)
     qcfg = transformers.Qwen2Config(**{**tiny.QWEN, "vocab_size": 300, **SIZES[size]["qwen"]})
-    yaml = tiny.yaml_text(**SIZES[size]["dims"])
-    if size != "tiny":  # CosyVoice2-0.5B's encoder is chunk-masked too while streaming (25 tokens)
-        line = "        use_dynamic_chunk: True\n"
-        assert yaml.count(line) == 1
-        yaml = yaml.replace(line, line + "        static_chunk_size: 25\n")
+    # CosyVoice2-0.5B's encoder is chunk-masked too while streaming (25 tokens)
+    yaml = tiny.yaml_text(encoder_chunk=0 if size == "tiny" else 25, **SIZES[size]["dims"])
     (folder / "cosyvoice2.yaml").write_text(yaml, encoding="utf-8")
     lm, flow, hift = _modules(folder, qcfg)
     shapes = _shapes(lm, flow, hift)

@@ -1,8 +1,8 @@
 """What streaming costs CosyVoice 2's token2wav: one sentence of N speech tokens made into audio
-chunk by chunk (the request's ChunkSchedule: each chunk re-runs the flow over the prompt and
-every token so far, as upstream does) against once, whole (full attention), for N of 5 to 30
-seconds of speech. The ratio is the price of the O(N^2) recomputation that docs/cosyvoice2.md
-discusses. Random speech tokens; the bench suite's model folder (benchmarks/bench_cosyvoice.py).
+chunk by chunk on the request's ChunkSchedule, against once, whole (full attention), for N of 5
+to 30 seconds of speech. Two streamed arms: through the flow's cache (each chunk's new frames
+only, voxserve's path) and recomputing the prefix every chunk (upstream's O(N^2)). Random speech
+tokens; the bench suite's model folder (benchmarks/bench_cosyvoice.py).
 
     python benchmarks/cosyvoice_streaming_cost.py [--size small] [--runs 3] [--seconds 5 10 20 30]
 """
@@ -31,7 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     import bench_cosyvoice as bench
     import voxserve
     from voxserve.bench.machine import machine_info
-    from voxserve.families.cosyvoice2.schedule import ChunkSchedule
 
     voice = voxserve.load_voice(f"cosyvoice2:{bench.model_folder(args.size)}", device=args.device)
     model = voice.model
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         from voxserve.families.cosyvoice2.voice import CosyItem
 
         st = model.start_stream(CosyItem("", torch.zeros(1, dtype=torch.long), prompt, 0))
-        sched = ChunkSchedule(prompt_tokens=prompt.n_speech_tokens)
+        sched = model.chunk_schedule(prompt.n_speech_tokens)
         while True:
             end, final = sched.ready(len(tokens), True)
             model.token2wav([(st, tokens, sched.offset, end, final, True)])
@@ -60,22 +59,35 @@ def main(argv: list[str] | None = None) -> int:
     cpu = machine_info().get("cpu", "?")
     print(f"# token2wav: streamed chunks vs whole, model {args.size}, {args.device}, "
           f"{torch.get_num_threads()} threads, {cpu}; prompt {prompt.n_speech_tokens} tokens\n")
-    print("| speech (s) | tokens | chunks | whole (s) | streamed (s) | streamed / whole |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    if not model.cached_streaming:
+        print("(this model's encoder is not chunk-masked: both streamed arms recompute)\n")
+
+    def recomputed(tokens: list[int]) -> int:
+        model.cached_streaming = False
+        try:
+            return streamed(tokens)
+        finally:
+            model.cached_streaming = cached
+
+    cached = model.cached_streaming
+    arms = (("whole", whole), ("cached", streamed), ("recompute", recomputed))
+    print("| speech (s) | tokens | chunks | whole (s) | streamed, cached (s) | streamed, recomputed (s) "
+          "| cached / whole | recomputed / whole |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with torch.inference_mode():
         for sec in args.seconds:
             tokens = torch.randint(0, 6561, (int(sec * 25),), generator=g).tolist()
-            times = {"whole": [], "streamed": []}
+            times = {name: [] for name, _ in arms}
             for r in range(args.runs + 1):  # the first round warms up
-                for name, fn in (("whole", whole), ("streamed", streamed)):
+                for name, fn in arms:
                     t0 = time.perf_counter()
                     out = fn(tokens)
                     if r:
                         times[name].append(time.perf_counter() - t0)
-                    if name == "streamed":
+                    if name == "cached":
                         chunks = out
-            w, s = statistics.median(times["whole"]), statistics.median(times["streamed"])
-            print(f"| {sec:g} | {len(tokens)} | {chunks} | {w:.2f} | {s:.2f} | {s / w:.2f} |")
+            w, c, u = (statistics.median(times[name]) for name, _ in arms)
+            print(f"| {sec:g} | {len(tokens)} | {chunks} | {w:.2f} | {c:.2f} | {u:.2f} | {c / w:.2f} | {u / w:.2f} |")
     return 0
 
 

@@ -47,9 +47,10 @@ def state_dict(part: str) -> dict:
     return sd
 
 
-def write_model_folder(d: Path, speakers: dict | None = None) -> Path:
+def write_model_folder(d: Path, speakers: dict | None = None, encoder_chunk: int = 0) -> Path:
     """The tiny folder (cosyvoice2.yaml, llm.pt, flow.pt, hift.pt, CosyVoice-BlankEN/);
-    speakers: name -> spk2info entry, written as spk2info.pt."""
+    speakers: name -> spk2info entry, written as spk2info.pt. encoder_chunk: the flow
+    encoder's static_chunk_size (CosyVoice2-0.5B has 25; the recorded reference has none)."""
     import torch
     import transformers
 
@@ -57,7 +58,7 @@ def write_model_folder(d: Path, speakers: dict | None = None) -> Path:
     blank = d / "CosyVoice-BlankEN"
     _script().write_tokenizer(blank)
     transformers.Qwen2Config(**meta()["qwen"]).save_pretrained(blank)
-    (d / "cosyvoice2.yaml").write_text(tiny.yaml_text(), encoding="utf-8")
+    (d / "cosyvoice2.yaml").write_text(tiny.yaml_text(encoder_chunk=encoder_chunk), encoding="utf-8")
     for part in ("llm", "flow", "hift"):
         torch.save(state_dict(part), d / f"{part}.pt")
     if speakers:

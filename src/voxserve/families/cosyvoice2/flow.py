@@ -10,6 +10,13 @@ batch (classifier-free guidance: the second half has no mu, speaker or prompt).
 Streaming mode uses the chunk masks the model was trained with (`static_chunk_size` frames a
 chunk, every earlier chunk visible); full mode attends everywhere. The two give different mel,
 so a request keeps one mode. State-dict keys are upstream's (flow.pt loads strictly).
+
+In streaming mode a frame depends only on its own chunk and earlier ones (chunk masks, causal
+convolutions), so a stream's next chunk needs of the earlier frames only what `FlowCache`
+keeps: per Euler step, each causal conv's last inputs and each attention layer's keys and
+values. `CosyFlow.chunk` runs the estimator over the new frames alone (O(N) for a stream, not
+the O(N^2) of recomputing the prefix every chunk); the encoder, a small share of the work, is
+re-run over the prefix.
 """
 
 from __future__ import annotations
@@ -89,20 +96,20 @@ def attention_mask(valid: torch.Tensor, chunk: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------------- encoder
 class RelPositions(nn.Module):
-    """ESPnet's relative sinusoidal positions: for T frames, 2T - 1 encodings of the offsets
-    T-1 .. -(T-1)."""
+    """ESPnet's relative sinusoidal positions: for T queries after P cached frames, the P + 2T - 1
+    encodings of the offsets P+T-1 .. -(T-1) (query minus key)."""
 
     def __init__(self, d: int):
         super().__init__()
         self.d = d
 
-    def forward(self, t: int, device, dtype) -> torch.Tensor:
-        pos = torch.arange(t - 1, -t, -1, device=device, dtype=torch.float32)[:, None]  # [2T-1, 1]
+    def forward(self, t: int, device, dtype, past: int = 0) -> torch.Tensor:
+        pos = torch.arange(past + t - 1, -t, -1, device=device, dtype=torch.float32)[:, None]  # [P+2T-1, 1]
         div = torch.exp(torch.arange(0, self.d, 2, device=device, dtype=torch.float32) * -(math.log(10000.0) / self.d))
-        pe = torch.zeros(2 * t - 1, self.d, device=device)
+        pe = torch.zeros(pos.shape[0], self.d, device=device)
         pe[:, 0::2] = torch.sin(pos * div)
         pe[:, 1::2] = torch.cos(pos * div)
-        return pe.to(dtype)[None]  # [1, 2T-1, d]
+        return pe.to(dtype)[None]  # [1, P+2T-1, d]
 
 
 class RelAttention(nn.Module):
@@ -115,22 +122,28 @@ class RelAttention(nn.Module):
         self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.dk))
         self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.dk))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
+        """x [B, T, d]; mask [B, T, P + T] bool; pos from RelPositions(T, past=P). past: the
+        rows' cached (k, v) [B, H, P, dk], left-padded to P (so that key index minus P is the
+        offset from every row's first new frame); out_kv: a list that gets this call's (k, v)."""
         b, t, _ = x.shape
-        q = self.linear_q(x).view(b, t, self.h, self.dk)
+        q = self.linear_q(x).view(b, t, self.h, self.dk).transpose(1, 2)  # [B, H, T, dk]
         k = self.linear_k(x).view(b, t, self.h, self.dk).transpose(1, 2)
         v = self.linear_v(x).view(b, t, self.h, self.dk).transpose(1, 2)
-        p = self.linear_pos(pos).view(1, -1, self.h, self.dk).transpose(1, 2)  # [1, H, 2T-1, dk]
-        ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))  # [B, H, T, T]
-        bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))  # [B, H, T, 2T-1]
-        # query i, key j: offset i - j sits at index (T - 1) - (i - j) of the 2T - 1 encodings
-        idx = (t - 1) - torch.arange(t, device=x.device)[:, None] + torch.arange(t, device=x.device)[None, :]
-        bd = bd.gather(-1, idx[None, None].expand(b, self.h, t, t))
-        scores = (ac + bd) / math.sqrt(self.dk)
-        keep = mask[:, None]  # [B, 1, T, T]
-        attn = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1).masked_fill(~keep, 0.0)
-        out = torch.matmul(attn, v).transpose(1, 2).reshape(b, t, self.h * self.dk)
-        return self.linear_out(out)
+        if out_kv is not None:
+            out_kv += [k, v]
+        if past is not None:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        n_keys = k.shape[2]
+        p = self.linear_pos(pos).view(1, -1, self.h, self.dk).transpose(1, 2)  # [1, H, P+2T-1, dk]
+        scale = 1.0 / math.sqrt(self.dk)
+        bd = torch.matmul((q + self.pos_bias_v[None, :, None]) * scale, p.transpose(-2, -1))  # [B, H, T, P+2T-1]
+        # query i, key j: offset P + i - j sits at index (T - 1) - i + j, a strided view of bd (no copy)
+        bd = bd.as_strided((b, self.h, t, n_keys), (bd.stride(0), bd.stride(1), bd.stride(2) - 1, 1),
+                           bd.storage_offset() + t - 1)
+        bias = bd.masked_fill(~mask[:, None], float("-inf"))  # [B, H, T, P+T]; every row keeps a key
+        out = F.scaled_dot_product_attention(q + self.pos_bias_u[None, :, None], k, v, attn_mask=bias)
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.dk))
 
 
 class FeedForward(nn.Module):
@@ -152,8 +165,8 @@ class ConformerBlock(nn.Module):
         self.norm_mha = nn.LayerNorm(d, eps=1e-12)
         self.norm_ff = nn.LayerNorm(d, eps=1e-12)
 
-    def forward(self, x, mask, pos):
-        x = x + self.self_attn(self.norm_mha(x), mask, pos)
+    def forward(self, x, mask, pos, past=None, out_kv=None):
+        x = x + self.self_attn(self.norm_mha(x), mask, pos, past, out_kv)
         return x + self.feed_forward(self.norm_ff(x))
 
 
@@ -243,10 +256,61 @@ class UpsampleEncoder(nn.Module):
             x = layer(x, mask, pos)
         return self.after_norm(x), lengths
 
+    def chunk(self, emb: torch.Tensor, lengths: torch.Tensor, seen: torch.Tensor, caches: "list[FlowCache]"):
+        """Streaming (chunk-masked) encoding of the tokens past each row's cache: arguments as
+        `forward`'s, over the whole prefix -> ([B, 2N, d] the new frames, their counts [B]).
+        The input layer and look-ahead convs re-run over the prefix (a few matmuls a token);
+        the conformer blocks attend from the new frames to the cached keys."""
+        d = self.dims
+        dev = emb.device
+        past = torch.tensor([c.frames // d.token_mel_ratio for c in caches], device=dev)  # tokens
+        new = lengths - past
+        n = int(new.max())
+        width = int(lengths.max()) + d.lookahead
+        if emb.shape[1] < width:
+            emb = F.pad(emb, (0, 0, 0, width - emb.shape[1]))
+        emb = emb[:, :width]
+        pos = torch.arange(width, device=dev)
+        x = self.embed(emb) * (pos[None] < seen[:, None]).unsqueeze(-1).to(emb.dtype)
+        x = self.pre_lookahead_layer(x)  # [B, T, d]
+        idx = (past[:, None] + torch.arange(n, device=dev)[None]).clamp(max=x.shape[1] - 1)
+        x = x.gather(1, idx[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, N, d] the new tokens
+        kv_in = _left_padded([c.enc_kv for c in caches], 2 * len(self.encoders) + 2 * len(self.up_encoders))
+        kv_out: list[torch.Tensor] = []
+        x = self._stack(self.encoders, x, past, new, d.encoder_chunk, kv_in, kv_out, 0)
+        # the up conv reads 4 upsampled frames back: the last 2 tokens before the chunk
+        tail = torch.stack([c.enc_tail if c.enc_tail is not None else x.new_zeros(2, x.shape[-1]) for c in caches])
+        ctx = torch.cat([tail, x], 1)  # [B, 2 + N, d]
+        tails = ctx.gather(1, (new[:, None] + torch.arange(2, device=dev)[None])[:, :, None].expand(-1, -1, x.shape[-1]))
+        up = F.interpolate(ctx.transpose(1, 2), scale_factor=float(d.token_mel_ratio), mode="nearest")
+        r = d.token_mel_ratio
+        x = F.conv1d(up, self.up_layer.conv.weight, self.up_layer.conv.bias).transpose(1, 2)  # [B, 2N, d]
+        x = self.up_embed(x)
+        x = self._stack(self.up_encoders, x, past * r, new * r, d.encoder_chunk * r, kv_in, kv_out,
+                        2 * len(self.encoders))
+        for j, c in enumerate(caches):
+            c.enc_tail = tails[j]
+            c.enc_kv = [torch.cat([c.enc_kv[i], t[j, :, : int(new[j]) * (1 if i < 2 * len(self.encoders) else r)]], 1)
+                        if c.enc_kv is not None else t[j, :, : int(new[j]) * (1 if i < 2 * len(self.encoders) else r)]
+                        for i, t in enumerate(kv_out)]
+        return self.after_norm(x), new * r
+
+    def _stack(self, layers, x, past, new, chunk, kv_in, kv_out, first):
+        """Conformer blocks over new frames x [B, N, d] after `past` cached ones per row."""
+        n, p = x.shape[1], int(past.max())
+        keep = _chunk_keep(past, new, n, chunk, left=True)
+        pos = self.pos(n, x.device, x.dtype, past=p)
+        for k, layer in enumerate(layers):
+            i = first + 2 * k
+            x = layer(x, keep, pos, None if kv_in is None else (kv_in[i], kv_in[i + 1]), kv_out)
+        return x
+
 
 # ---------------------------------------------------------------------- estimator
 class CausalConv1d(nn.Conv1d):
-    def forward(self, x):
+    def forward(self, x, tape: "Tape | None" = None):
+        if tape is not None:
+            return tape.conv(self, x)
         return super().forward(F.pad(x, (self.kernel_size[0] - 1, 0)))
 
 
@@ -257,8 +321,8 @@ class CausalBlock(nn.Module):
         super().__init__()
         self.block = nn.ModuleList([CausalConv1d(c_in, c_out, 3), nn.Identity(), nn.LayerNorm(c_out)])
 
-    def forward(self, x, mask):
-        h = self.block[0](x * mask)
+    def forward(self, x, mask, tape=None):
+        h = self.block[0](x * mask, tape)
         h = self.block[2](h.transpose(1, 2)).transpose(1, 2)
         return F.mish(h) * mask
 
@@ -271,9 +335,9 @@ class CausalResnet(nn.Module):
         self.block2 = CausalBlock(c_out, c_out)
         self.res_conv = nn.Conv1d(c_in, c_out, 1)
 
-    def forward(self, x, mask, temb):
-        h = self.block1(x, mask) + self.mlp[1](F.mish(temb))[:, :, None]
-        return self.block2(h, mask) + self.res_conv(x * mask)
+    def forward(self, x, mask, temb, tape=None):
+        h = self.block1(x, mask, tape) + self.mlp[1](F.mish(temb))[:, :, None]
+        return self.block2(h, mask, tape) + self.res_conv(x * mask)
 
 
 class Attention(nn.Module):
@@ -286,9 +350,11 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(d, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, d)])
 
-    def forward(self, x, bias):  # x [B, T, d], bias [B, T, T] additive
+    def forward(self, x, bias, tape=None):  # x [B, T, d], bias [B, T, T'] additive (T' = T without a tape)
         b, t, _ = x.shape
         q, k, v = (f(x).view(b, t, self.h, self.hd).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
+        if tape is not None:
+            k, v = tape.keys(k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, None].to(q.dtype))
         return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.h * self.hd))
 
@@ -311,8 +377,8 @@ class TransformerBlock(nn.Module):
         self.ff = nn.Module()
         self.ff.net = nn.ModuleList([GeluProj(d, 4 * d), nn.Identity(), nn.Linear(4 * d, d)])
 
-    def forward(self, x, bias):
-        x = x + self.attn1(self.norm1(x), bias)
+    def forward(self, x, bias, tape=None):
+        x = x + self.attn1(self.norm1(x), bias, tape)
         h = self.ff.net[0](self.norm3(x))
         return x + self.ff.net[2](h)
 
@@ -355,31 +421,39 @@ class Estimator(nn.Module):
         self.final_block = CausalBlock(c, c)
         self.final_proj = nn.Conv1d(c, dims.mel, 1)
 
-    def _blocks(self, blocks, x, mask, bias):
+    def _blocks(self, blocks, x, bias, tape):
         h = x.transpose(1, 2)
         for blk in blocks:
-            h = blk(h, bias)
+            h = blk(h, bias, tape)
         return h.transpose(1, 2)
 
-    def forward(self, x, mask, mu, t, spks, cond, streaming: bool):
-        """x, mu, cond [B, 80, T]; mask [B, 1, T]; t [B]; spks [B, 80] -> [B, 80, T]."""
+    def forward(self, x, mask, mu, t, spks, cond, streaming: bool, tape: "Tape | None" = None):
+        """x, mu, cond [B, 80, T]; mask [B, 1, T]; t [B]; spks [B, 80] -> [B, 80, T]. With a
+        tape, the T frames follow each row's cached ones (chunk-masked attention over both)."""
         temb = self.time_mlp(timestep_embedding(t, self.dims.est_in).to(x.dtype))
         h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], 1)
-        valid = mask[:, 0] > 0
-        keep = attention_mask(valid, self.dims.est_chunk if streaming else 0)
-        bias = (1.0 - keep.to(h.dtype)) * -1.0e10  # [B, T, T]
+        if tape is None:
+            keep = attention_mask(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
+        else:
+            keep = tape.keep
+        bias = (1.0 - keep.to(h.dtype)) * -1.0e10  # [B, T, T(+cached)]
         res, blocks, conv = self.down_blocks[0]
-        h = self._blocks(blocks, res(h, mask, temb), mask, bias)
+        h = self._blocks(blocks, res(h, mask, temb, tape), bias, tape)
         skip = h
-        h = conv(h * mask)
+        h = conv(h * mask, tape)
         for res, blocks in self.mid_blocks:
-            h = self._blocks(blocks, res(h, mask, temb), mask, bias)
+            h = self._blocks(blocks, res(h, mask, temb, tape), bias, tape)
         res, blocks, conv = self.up_blocks[0]
         h = torch.cat([h, skip], 1)
-        h = self._blocks(blocks, res(h, mask, temb), mask, bias)
-        h = conv(h * mask)
-        h = self.final_block(h, mask)
+        h = self._blocks(blocks, res(h, mask, temb, tape), bias, tape)
+        h = conv(h * mask, tape)
+        h = self.final_block(h, mask, tape)
         return self.final_proj(h * mask) * mask
+
+
+def _cosine_span(steps: int, device, dtype) -> torch.Tensor:
+    span = torch.linspace(0, 1, steps + 1, device=device, dtype=dtype)
+    return 1 - torch.cos(span * 0.5 * torch.pi)
 
 
 class CFM(nn.Module):
@@ -388,26 +462,164 @@ class CFM(nn.Module):
         self.dims = dims
         self.estimator = Estimator(dims)
 
-    def forward(self, mu, mask, spks, cond, noise, streaming: bool) -> torch.Tensor:
+    def forward(self, mu, mask, spks, cond, noise, streaming: bool, tapes: "list[Tape] | None" = None) -> torch.Tensor:
         """mu, cond, noise [B, 80, T]; mask [B, 1, T]; spks [B, 80] -> mel [B, 80, T]. Each Euler
-        step is one estimator call on 2B rows: B conditioned, B with mu, spks and cond zero."""
+        step is one estimator call on 2B rows: B conditioned, B with mu, spks and cond zero.
+        tapes: one per Euler step (chunk-masked, the frames after each row's cached ones)."""
         b = mu.shape[0]
         x = noise
-        span = torch.linspace(0, 1, self.dims.steps + 1, device=mu.device, dtype=mu.dtype)
-        span = 1 - torch.cos(span * 0.5 * torch.pi)
+        span = _cosine_span(self.dims.steps, mu.device, mu.dtype)
         t, dt = span[0:1], span[1] - span[0]
         zeros = torch.zeros_like(mu)
         mu2, spks2, cond2 = torch.cat([mu, zeros]), torch.cat([spks, torch.zeros_like(spks)]), torch.cat([cond, zeros])
         mask2 = torch.cat([mask, mask])
         r = self.dims.cfg_rate
         for step in range(1, len(span)):
-            v = self.estimator(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2, streaming)
+            tape = None if tapes is None else tapes[step - 1]
+            v = self.estimator(torch.cat([x, x]), mask2, mu2, t.expand(2 * b), spks2, cond2, streaming, tape)
             v, v_uncond = v[:b], v[b:]
             x = x + dt * ((1.0 + r) * v - r * v_uncond)
             t = t + dt
             if step < len(span) - 1:
                 dt = span[step + 1] - t
         return x
+
+
+# ---------------------------------------------------------------------- streaming state
+@dataclass(eq=False)
+class FlowCache:
+    """One stream's estimator state after its first `frames` mel frames (prompt included),
+    chunk-masked mode: `steps[s]` holds, for Euler step s, each causal conv's last inputs
+    ([2, C, k - 1]) and each attention layer's keys and values ([2, H, frames, head_dim]), in
+    the order the estimator meets them; row 0 conditioned, row 1 the guidance row."""
+
+    frames: int = 0
+    steps: list[list[torch.Tensor]] | None = None
+    enc_kv: list[torch.Tensor] | None = None
+    """The encoder's conformer keys and values, [H, tokens or frames, dk] per block."""
+    enc_tail: torch.Tensor | None = None
+    """[2, d] the token blocks' output for the last two tokens (the up conv's left context)."""
+    bytes: int = 0
+
+    def nbytes(self) -> int:
+        held = [t for step in self.steps or () for t in step] + list(self.enc_kv or ())
+        return sum(t.numel() * t.element_size() for t in held)
+
+    def copy(self) -> "FlowCache":
+        """A cache to extend on its own (the tensors are shared: a cache only ever grows by new ones)."""
+        return FlowCache(self.frames, None if self.steps is None else [list(s) for s in self.steps],
+                         None if self.enc_kv is None else list(self.enc_kv), self.enc_tail, self.bytes)
+
+
+class Tape:
+    """One estimator call of a chunk batch: it feeds each stateful layer the rows' cached
+    state, in order, and records what the rows' caches gain. Rows are 2B: B streams'
+    conditioned rows, then their guidance rows."""
+
+    def __init__(self, past: list[torch.Tensor] | None, past_len: torch.Tensor, new_len: torch.Tensor,
+                 keep: torch.Tensor):
+        self.past, self.past_len, self.new_len, self.keep = past, past_len, new_len, keep
+        self.i = 0
+        self.out: list[torch.Tensor] = []
+
+    def _next(self):
+        p = None if self.past is None else self.past[self.i]
+        self.i += 1
+        return p
+
+    def conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+        """A causal conv of the new frames x [R, C, N] after each row's cached inputs."""
+        k = conv.kernel_size[0] - 1
+        prev = self._next()
+        if prev is None:
+            prev = x.new_zeros(x.shape[0], x.shape[1], k)
+        xx = torch.cat([prev, x], -1)
+        idx = self.new_len[:, None] + torch.arange(k, device=x.device)[None]  # the row's last k inputs
+        self.out.append(xx.gather(-1, idx[:, None, :].expand(-1, x.shape[1], -1)))
+        return F.conv1d(xx, conv.weight, conv.bias)
+
+    def keys(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The new frames' k, v [R, H, N, hd] -> the keys they attend to: cached, then new."""
+        pk, pv = self._next(), self._next()
+        self.out += [k, v]
+        if pk is None:
+            return k, v
+        return torch.cat([pk, k], 2), torch.cat([pv, v], 2)
+
+
+def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, n: int, chunk: int, left: bool = False) -> torch.Tensor:
+    """[R, N, P + N] bool: new frame i of row r (absolute P_r + i) sees its cached frames
+    (P_r of the P slots: the first ones, or the last ones if `left`-padded) and the new ones
+    of its own chunk or earlier."""
+    dev = past_len.device
+    p = int(past_len.max())
+    i = torch.arange(n, device=dev)[None, :, None]
+    a = past_len[:, None, None] + i  # absolute query frame
+    jp = torch.arange(p, device=dev)[None, None, :]
+    old = jp >= p - past_len[:, None, None] if left else jp < past_len[:, None, None]
+    jn = torch.arange(n, device=dev)[None, None, :]
+    new = (jn < new_len[:, None, None]) & (past_len[:, None, None] + jn < (a // chunk + 1) * chunk)
+    keep = torch.cat([old.expand(-1, n, -1), new], -1)
+    return keep | ~keep.any(-1, keepdim=True)
+
+
+def _left_padded(rows: list[list[torch.Tensor] | None], slots: int) -> list[torch.Tensor] | None:
+    """Per slot, the rows' cached [H, P_r, dk] batched as [B, H, P, dk], each row's at the end."""
+    have = [r for r in rows if r is not None]
+    if not have:
+        return None
+    out = []
+    for slot in range(slots):
+        like = have[0][slot]
+        p = max(r[slot].shape[1] for r in have)
+        buf = like.new_zeros(len(rows), like.shape[0], p, like.shape[2])
+        for j, r in enumerate(rows):
+            if r is not None and r[slot].shape[1]:
+                buf[j, :, p - r[slot].shape[1]:] = r[slot]
+        out.append(buf)
+    return out
+
+
+def _gather_past(caches: list[FlowCache], step: int, device) -> list[torch.Tensor] | None:
+    """Step `step` of B caches -> per slot, the 2B rows batched (K/V padded to the longest)."""
+    have = [c for c in caches if c.steps is not None]
+    if not have:
+        return None
+    out = []
+    for slot, like in enumerate(have[0].steps[step]):
+        rows = [None if c.steps is None else c.steps[step][slot] for c in caches]
+        if like.dim() == 3:  # conv inputs [2, C, k]
+            parts = [torch.zeros_like(like) if r is None else r for r in rows]
+            out.append(torch.cat([torch.stack([p[h] for p in parts]) for h in (0, 1)]))
+        else:  # keys / values [2, H, P, hd]
+            p = max(0 if r is None else r.shape[2] for r in rows)
+            buf = like.new_zeros(2 * len(rows), like.shape[1], p, like.shape[3])
+            for j, r in enumerate(rows):
+                if r is not None:
+                    buf[j, :, : r.shape[2]] = r[0]
+                    buf[len(rows) + j, :, : r.shape[2]] = r[1]
+            out.append(buf)
+    return out
+
+
+def _extend(caches: list[FlowCache], tapes: list[Tape], new_len: torch.Tensor, frames: torch.Tensor) -> None:
+    """Append each row's new state (its own frames only) to its cache."""
+    b = len(caches)
+    for j, c in enumerate(caches):
+        n = int(new_len[j])
+        steps = []
+        for s, tape in enumerate(tapes):
+            slots = []
+            for slot, t in enumerate(tape.out):
+                pair = t[[j, b + j]]
+                if t.dim() == 4:  # keys / values: cached, then this chunk's
+                    pair = pair[:, :, :n]
+                    if c.steps is not None:
+                        pair = torch.cat([c.steps[s][slot], pair], 2)
+                slots.append(pair.contiguous())
+            steps.append(slots)
+        c.steps, c.frames = steps, int(frames[j])
+        c.bytes = c.nbytes()
 
 
 class CosyFlow(nn.Module):
@@ -423,14 +635,10 @@ class CosyFlow(nn.Module):
         # upstream draws this buffer after seeding the global generator with 0: same stream
         self.register_buffer("noise", torch.randn(1, dims.mel, NOISE_FRAMES, generator=g), persistent=False)
 
-    def forward(self, tokens, lengths, prompt_feat, prompt_frames, embedding, streaming: bool, finalize: bool):
-        """tokens [B, T] (prompt tokens first, each row's own; padding past `lengths`),
-        prompt_feat [B, Tm, 80] (zero past each row's `prompt_frames`), embedding [B, 192] ->
-        (mel [B, 80, 2 T'], frames [B]): two frames per encoded token, prompt included (a row's
-        frames past its `frames` are padding). finalize=False: each row's last `lookahead`
-        tokens are look-ahead context only, not encoded."""
+    def condition(self, tokens, lengths, prompt_feat, prompt_frames, embedding, streaming: bool, finalize: bool):
+        """The estimator's conditions over every encoded frame: (mu [B, 80, 2T'], frames [B],
+        spks [B, 80], cond [B, 80, 2T']); arguments as `forward`'s."""
         d = self.dims
-        b = tokens.shape[0]
         spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
         core = lengths if finalize else lengths - d.lookahead
         pos = torch.arange(tokens.shape[1], device=tokens.device)
@@ -439,9 +647,55 @@ class CosyFlow(nn.Module):
         h, frames = self.encoder(emb, core, lengths, streaming)
         mu = self.encoder_proj(h).transpose(1, 2)  # [B, 80, 2T]
         n = mu.shape[-1]
-        mask = (torch.arange(n, device=mu.device)[None] < frames[:, None]).to(mu.dtype)[:, None]  # [B, 1, 2T]
         cond = torch.zeros_like(mu)
         pf = prompt_feat.transpose(1, 2)[:, :, :n]
         cond[:, :, : pf.shape[-1]] = pf * (torch.arange(pf.shape[-1], device=mu.device)[None] < prompt_frames[:, None]).to(mu.dtype)[:, None]
-        noise = self.noise[:, :, :n].to(mu.dtype).expand(b, -1, -1)
+        return mu, frames, spks, cond
+
+    def forward(self, tokens, lengths, prompt_feat, prompt_frames, embedding, streaming: bool, finalize: bool):
+        """tokens [B, T] (prompt tokens first, each row's own; padding past `lengths`),
+        prompt_feat [B, Tm, 80] (zero past each row's `prompt_frames`), embedding [B, 192] ->
+        (mel [B, 80, 2 T'], frames [B]): two frames per encoded token, prompt included (a row's
+        frames past its `frames` are padding). finalize=False: each row's last `lookahead`
+        tokens are look-ahead context only, not encoded."""
+        mu, frames, spks, cond = self.condition(tokens, lengths, prompt_feat, prompt_frames, embedding,
+                                                streaming, finalize)
+        n = mu.shape[-1]
+        mask = (torch.arange(n, device=mu.device)[None] < frames[:, None]).to(mu.dtype)[:, None]  # [B, 1, 2T]
+        noise = self.noise[:, :, :n].to(mu.dtype).expand(mu.shape[0], -1, -1)
         return self.decoder(mu, mask, spks, cond, noise, streaming), frames
+
+    def chunk(self, tokens, lengths, prompt_feat, prompt_frames, embedding, caches: list[FlowCache]):
+        """The next streaming chunk of B streams, each after its cached frames: arguments as
+        `forward(..., streaming=True, finalize=False)` (the whole prefix of tokens) ->
+        (mel [B, 80, N] of the frames past each cache, their counts [B]); the caches grow by
+        them. Equal to slicing `forward`'s chunk-masked mel."""
+        d = self.dims
+        dev = tokens.device
+        core = lengths - d.lookahead
+        frames = core * d.token_mel_ratio
+        past = torch.tensor([c.frames for c in caches], device=dev)
+        new = frames - past
+        if bool((new <= 0).any()) or bool((frames % d.est_chunk).any()):
+            # a cache must end on the chunk grid: frames of a chunk see each other
+            raise ValueError(f"a streaming chunk must add whole chunks of {d.est_chunk} frames: "
+                             f"{past.tolist()} -> {frames.tolist()}")
+        spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
+        pos = torch.arange(tokens.shape[1], device=dev)
+        keep = (pos[None] < lengths[:, None]).unsqueeze(-1).to(spks.dtype)
+        emb = self.input_embedding(tokens.clamp(min=0).long()) * keep
+        h, _ = self.encoder.chunk(emb, core, lengths, caches)
+        n = h.shape[1]
+        mask = (torch.arange(n, device=dev)[None] < new[:, None]).to(spks.dtype)[:, None]  # [B, 1, N]
+        mu = self.encoder_proj(h).transpose(1, 2) * mask  # [B, 80, N]
+        at = past[:, None] + torch.arange(n, device=dev)[None]  # [B, N] absolute frames
+        pf = prompt_feat.transpose(1, 2)  # [B, 80, Tm]
+        cond = pf.gather(-1, at.clamp(max=pf.shape[-1] - 1)[:, None, :].expand(-1, pf.shape[1], -1))
+        cond = cond * ((at < prompt_frames[:, None]) & (at < pf.shape[-1]))[:, None].to(cond.dtype) * mask
+        noise = self.noise[0, :, at.clamp(max=self.noise.shape[-1] - 1)].permute(1, 0, 2).to(mu.dtype)  # [B, 80, N]
+        past2, new2 = torch.cat([past, past]), torch.cat([new, new])
+        keep = _chunk_keep(past2, new2, n, d.est_chunk)
+        tapes = [Tape(_gather_past(caches, s, dev), past2, new2, keep) for s in range(d.steps)]
+        mel = self.decoder(mu, mask, spks, cond, noise * mask, True, tapes)
+        _extend(caches, tapes, new, frames)
+        return mel, new

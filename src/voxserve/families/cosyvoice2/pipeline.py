@@ -4,7 +4,9 @@ token2wav for batches of chunks from different requests.
 
 token2wav follows upstream's CosyVoice2Model.token2wav, per request: the flow runs over the
 prompt and the tokens so far (chunk-masked while streaming, full attention for the last chunk),
-the chunk's new mel frames go to HiFT after the request's last 8 mel frames, its source keeps
+except that when the model's encoder is chunk-masked too (CosyVoice2-0.5B's is) a streaming
+chunk runs the estimator over its new frames only, after the request's `FlowCache` (the same
+mel, computed once instead of once a chunk); the chunk's new mel frames go to HiFT after the request's last 8 mel frames, its source keeps
 the overlap's samples, and the first 3840 samples cross-fade (Hamming) with the previous
 chunk's held-back tail. Rows of a batch are padded and cut back to their own frames (the flow
 is causal and masked, so a row's mel is what it gets alone); HiFT, whose convolutions see both
@@ -13,7 +15,9 @@ sides, batches only chunks of equal length.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +28,11 @@ import torch.nn.functional as F
 
 from ...errors import VoiceLoadError
 from .config import CosyConfig, load_config
-from .flow import CosyFlow, FlowDims
+from .flow import CosyFlow, FlowCache, FlowDims
 from .hift import HiFT, HiftDims, fold_weight_norm
 from .llm import CosyLM, CosyLMDims, length_bounds
 from .sampling import RasSampler, ras_pick
+from .schedule import ChunkSchedule
 from .voice import CosyItem, CosyPrompt
 
 MEL_CACHE = 8  # mel frames of context HiFT gets from the previous chunk
@@ -47,6 +52,8 @@ class Stream:
     mel: torch.Tensor | None = None  # [80, 8] the last mel frames
     source: torch.Tensor | None = None  # [1, S] their source samples
     tail: torch.Tensor | None = None  # [S] the held-back samples, to cross-fade
+    flow: FlowCache | None = field(default_factory=FlowCache)
+    """The flow's cache (cached streaming); None: this stream recomputes its prefix every chunk."""
     calls: list = field(default_factory=list)
 
 
@@ -68,6 +75,11 @@ class CosyModel:
         self.source_cache = MEL_CACHE * self.samples_per_frame
         self.window = torch.from_numpy(np.hamming(2 * self.source_cache).astype(np.float32)).to(self.device)
         self._encoder = None
+        # exact only if no encoded frame depends on later tokens: the encoder chunk-masked as well
+        fd = flow.dims
+        self.cached_streaming = fd.encoder_chunk > 0 and fd.est_chunk == fd.encoder_chunk * fd.token_mel_ratio
+        self.flow_cache_budget = _cache_budget(self.device)
+        self._prefixes: dict[int, tuple[weakref.ref, FlowCache]] = {}  # id(prompt) -> its whole chunks
 
     # ---------------------------------------------------------------- text
     def tokenize(self, text: str) -> list[int]:
@@ -134,15 +146,42 @@ class CosyModel:
         g.manual_seed((item.seed * 7 + 1) & ((1 << 63) - 1))
         return Stream(item.prompt, g, item.speed)
 
+    def _prompt_prefix(self, prompt: CosyPrompt) -> FlowCache:
+        """A new stream's flow cache: the prompt's whole chunks, computed once per speaker (they
+        are the same for every sentence: same tokens, mel, embedding and noise), shared."""
+        hit = self._prefixes.get(id(prompt))
+        if hit is not None and hit[0]() is prompt:
+            return hit[1].copy()
+        chunk = self.flow.dims.est_chunk // self.flow.dims.token_mel_ratio
+        whole = (prompt.n_speech_tokens - self.flow.dims.lookahead) // chunk * chunk  # look-ahead inside the prompt
+        cache = FlowCache()
+        if whole > 0:
+            self.flow.chunk(prompt.speech_tokens[None, : whole + self.flow.dims.lookahead],
+                            torch.tensor([whole + self.flow.dims.lookahead], device=self.device),
+                            prompt.speech_feat[None], torch.tensor([len(prompt.speech_feat)], device=self.device),
+                            prompt.embedding[None], [cache])
+        self._prefixes = {k: v for k, v in self._prefixes.items() if v[0]() is not None}
+        self._prefixes[id(prompt)] = (weakref.ref(prompt), cache)
+        return cache.copy()
+
+    def chunk_schedule(self, prompt_tokens: int) -> ChunkSchedule:
+        """A request's chunk grid: the estimator's chunk in tokens, and the encoder's look-ahead."""
+        d = self.flow.dims
+        return ChunkSchedule(prompt_tokens, chunk=d.est_chunk // d.token_mel_ratio, lookahead=d.lookahead)
+
     def token2wav(self, jobs: Sequence[tuple]) -> list[np.ndarray]:
         """jobs: (stream, tokens (list), offset, end, final, streaming) -> each job's new audio.
         Non-final: tokens [offset, end) become audio, reading `lookahead` tokens past end."""
         la = self.flow.dims.lookahead
         mels: list[torch.Tensor | None] = [None] * len(jobs)
         groups: dict[tuple, list[int]] = {}
-        for k, (_, _, _, _, final, streaming) in enumerate(jobs):
-            groups.setdefault((final, streaming and not final), []).append(k)
-        for (final, masked), idx in groups.items():
+        for k, (st, _, _, _, final, streaming) in enumerate(jobs):
+            masked = streaming and not final
+            cached = masked and self.cached_streaming and st.flow is not None
+            if cached and st.flow.frames == 0:
+                st.flow = self._prompt_prefix(st.prompt)
+            groups.setdefault((final, masked, cached), []).append(k)
+        for (final, masked, cached), idx in groups.items():
             rows = []
             for k in idx:
                 st, toks, off, end, _, _ = jobs[k]
@@ -155,6 +194,15 @@ class CosyModel:
             pf = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
             pframes = torch.tensor([len(f) for f in feats], device=self.device)
             emb = torch.stack([jobs[k][0].prompt.embedding for k in idx])
+            if cached:
+                caches = [jobs[k][0].flow for k in idx]
+                starts = [c.frames for c in caches]
+                mel, new = self.flow.chunk(tokens, lengths, pf, pframes, emb, caches)
+                for j, k in enumerate(idx):
+                    # the first chunk's new frames begin with the prompt's
+                    skip = int(pframes[j]) + jobs[k][2] * self.config.token_mel_ratio - starts[j]
+                    mels[k] = mel[j, :, skip:int(new[j])].float()
+                continue
             mel, frames = self.flow(tokens, lengths, pf, pframes, emb, masked, final)
             for j, k in enumerate(idx):
                 off = jobs[k][2]
@@ -206,6 +254,18 @@ class CosyModel:
             sources.append(s)
         wave = self.hift.decode(torch.stack(mels), torch.cat(sources))
         return [(wave[j], sources[j][0]) for j in range(len(mels))]
+
+
+def _cache_budget(device: torch.device) -> int:
+    """Bytes the streams' flow caches may hold together: a quarter of the GPU's memory, an
+    eighth of the host's. Past it the largest caches are dropped (those streams recompute
+    their prefix each chunk, as upstream; the audio is the same)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // 4
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
+    except (ValueError, OSError, AttributeError):
+        return 1 << 30
 
 
 def _tokenizer(folder: Path):

@@ -94,7 +94,7 @@ class CosyStepRunner(StepRunner):
         for key, unit in start:
             try:
                 item = unit.payload
-                seq = _Seq(key, unit, ChunkSchedule(prompt_tokens=item.prompt.n_speech_tokens),
+                seq = _Seq(key, unit, self.model.chunk_schedule(item.prompt.n_speech_tokens),
                            self.model.start_stream(item))
                 seq.lm = LMSequence(key, self.model.prompt(item), self.model.sampler(item),
                                     StopRule(eos=self.model.eos, max_new_tokens=item.max_tokens), state=item)
@@ -132,7 +132,18 @@ class CosyStepRunner(StepRunner):
     def _streams(self, seq: _Seq) -> bool:
         return self.streaming and seq.unit.payload.speed == 1.0
 
+    def _trim_caches(self) -> None:
+        """Hold the streams' flow caches within the model's budget: drop the largest first."""
+        held = [(s.stream.flow.bytes, s) for s in self._seqs.values() if s.stream.flow is not None]
+        total = sum(b for b, _ in held)
+        for b, seq in sorted(held, key=lambda x: -x[0]):
+            if total <= self.model.flow_cache_budget:
+                break
+            seq.stream.flow = None
+            total -= b
+
     def _token2wav(self, out: list[StepResult], t0: float) -> None:
+        self._trim_caches()
         while True:
             jobs = [(seq, r) for seq in self._seqs.values() if (r := self._ready(seq)) is not None]
             if not jobs:
