@@ -71,6 +71,37 @@ def test_cached_chunks_equal_recomputing_the_prefix_for_streams_batched_at_diffe
     assert len(per_frame) == 1  # the cache grows by the same bytes a frame, whatever else is batched
 
 
+@pytest.mark.parametrize("ends", [(30, 55, 80), (30, 80)])
+def test_cached_chunks_match_the_reference_with_a_chunk_masked_encoder(chunked_voice, ends):
+    """The reference's flow (encoder static_chunk_size 25, recorded by make_reference.py): its
+    streaming mel of each prefix; ours from the cache, chunk after chunk, and recomputed."""
+    m, a = fx.meta(), fx.arrays()
+    assert m["chunked"]["encoder_chunk"] == 25
+    flow, la, n_prompt = chunked_voice.model.flow, chunked_voice.model.flow.dims.lookahead, m["flow"]["prompt_tokens"]
+    ptok, feat = torch.from_numpy(a["flow/prompt_token"]), torch.from_numpy(a["flow/prompt_feat"])
+    emb, toks = torch.from_numpy(a["flow/embedding"]), torch.from_numpy(a["chunked/token"])
+
+    def args(end):
+        row = torch.cat([ptok, toks[: end + la]])[None]
+        return row, torch.tensor([row.shape[1]]), feat[None], torch.tensor([len(feat)]), emb[None]
+
+    cache, start = FlowCache(), 0
+    with torch.inference_mode():
+        for end in ends:
+            ref = torch.from_numpy(a[f"chunked/mel/{end}"])  # [80, 2 end]: the frames after the prompt's
+            mel, new = flow.chunk(*args(end), [cache])
+            got = mel[0, :, : int(new[0])]
+            lo = 0 if start == 0 else 2 * start
+            skip = 2 * n_prompt if start == 0 else 0  # the first chunk's new frames begin with the prompt's
+            assert int(new[0]) - skip == 2 * end - lo
+            err = float((got[:, skip:] - ref[:, lo:]).abs().max())
+            print(f"chunk {start}->{end}: cached {err:.1e}")
+            assert err <= 1e-4
+            whole, _ = flow(*args(end), True, False)
+            assert float((whole[0, :, 2 * n_prompt:] - ref).abs().max()) <= 1e-4
+            start = end
+
+
 def test_a_chunk_off_the_grid_is_refused(chunked_voice):
     flow = chunked_voice.model.flow
     s = _stream(4, 50, 200)
