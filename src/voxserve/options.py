@@ -20,6 +20,7 @@ MAX_SEED = (1 << 63) - 1
 MAX_SPEAKER_ID = (1 << 31) - 1
 MAX_SPEAKER_NAME = 200
 MAX_STYLE_ID = 1023
+MAX_INSTRUCTIONS_CHARS = 4096  # OpenAI's bound on `instructions`
 
 KINDS = ("number", "integer", "id_or_name", "name", "boolean")
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -148,6 +149,14 @@ class SynthesisOptions:
     input_format: str | None = name_field(8, "what the input is: text, or ssml (Piper voices); default: ssml if it starts with <speak")
     """None = auto: SSML (`voxserve.text.ssml`) when the input starts with a `<speak>` element,
     else plain text. Other families read every input as plain text."""
+
+    instructions: str | None = name_field(MAX_INSTRUCTIONS_CHARS, "how to speak, for voices that follow a spoken-style prompt (CosyVoice 2's instruct mode), e.g. 'Speak slowly and calmly.'")
+    """CosyVoice 2: its language model reads these instead of the speaker's prompt transcript
+    and speech tokens (the flow still takes the speaker's voice). Other families ignore it, so
+    that the OpenAI route's `instructions` can reach every voice."""
+    cross_lingual: bool | None = boolean_field("speak the text without the speaker prompt's transcript, for text in another language than the prompt (CosyVoice 2)")
+    """CosyVoice 2's cross-lingual mode: the language model gets neither the prompt's
+    transcript nor its speech tokens, only the text; the flow keeps the speaker's voice."""
 
     def validate(self) -> "SynthesisOptions":
         """Check every set field against its rule; InvalidOptionError names the first bad one."""

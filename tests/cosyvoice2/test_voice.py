@@ -277,3 +277,38 @@ def test_a_prompt_from_a_recording_speaks(cv2_dir, prompt_wav):
 def test_a_recording_out_of_bounds_is_refused(cv2_voice):
     with pytest.raises(ValueError, match="s"):
         cv2_voice.add_prompt("short", np.zeros(800, np.float32), 16000, "hi")
+
+
+def test_instruct_and_cross_lingual_modes_lay_out_the_language_models_prompt_as_upstream(cv2_voice):
+    """Upstream's frontend_instruct2: the LM reads `instructions + <|endofprompt|>` in place of the
+    prompt's transcript and none of its speech tokens; frontend_cross_lingual: neither. The
+    flow keeps the speaker's prompt in both."""
+    model, text = cv2_voice.model, "Hello there."
+    (plain,) = units(cv2_voice, text, seed=3)
+    (inst,) = units(cv2_voice, text, seed=3, instructions="Speak slowly.")
+    (cross,) = units(cv2_voice, text, seed=3, cross_lingual=True)
+    ids, p = plain.payload.text_ids, plain.payload.prompt
+    end = model.tokenize("<|endofprompt|>")
+    assert len(end) == 1 and end[0] > 256  # one special token, not its spelling
+    assert inst.payload.lm_prompt_ids.tolist() == model.tokenize("Speak slowly.") + end
+    lm = model.lm
+    with torch.inference_mode():
+        assert torch.equal(model.prompt(inst.payload),
+                           lm.prompt_embeddings(ids, inst.payload.lm_prompt_ids, p.speech_tokens[:0]))
+        assert torch.equal(model.prompt(cross.payload), lm.prompt_embeddings(ids, ids[:0], p.speech_tokens[:0]))
+        full = model.prompt(plain.payload)
+    assert full.shape[0] == 1 + len(p.text_ids) + len(ids) + 1 + p.n_speech_tokens
+    assert model.prompt(cross.payload).shape[0] == 1 + len(ids) + 1
+    # the length bounds follow the text alone, in every mode
+    assert (inst.payload.min_tokens, inst.payload.max_tokens) == (plain.payload.min_tokens, plain.payload.max_tokens)
+    with pytest.raises(InvalidOptionError, match="cross_lingual"):
+        units(cv2_voice, text, instructions="Speak slowly.", cross_lingual=True)
+
+
+def test_an_instructed_sentence_is_seeded_and_differs_from_the_plain_one(cv2_voice):
+    opts = dict(seed=11, instructions="Speak slowly.")
+    a = cv2_voice.synthesize("Hi there.", SynthesisOptions(**opts))
+    b = cv2_voice.synthesize("Hi there.", SynthesisOptions(**opts))
+    c = cv2_voice.synthesize("Hi there.", SynthesisOptions(seed=11))
+    np.testing.assert_array_equal(a.samples, b.samples)
+    assert len(a.samples) != len(c.samples) or not np.array_equal(a.samples, c.samples)

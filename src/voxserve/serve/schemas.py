@@ -57,9 +57,6 @@ class VoiceRef(BaseModel):
     id: StrictStr = Field(min_length=1, max_length=200)
 
 
-MAX_INSTRUCTIONS_CHARS = 4096
-
-
 class _OptionsBody(BaseModel):
     """A request body that carries the fields of an options dataclass (added by create_model)."""
 
@@ -78,8 +75,6 @@ class _SpeechBase(_OptionsBody):
     voice: Annotated[StrictStr, Field(min_length=1, max_length=200)] | VoiceRef
     """A voice loaded on this server, an OpenAI voice name (the default voice), or `{"id": name}`."""
     response_format: ResponseFormat = "mp3"
-    instructions: StrictStr | None = Field(default=None, max_length=MAX_INSTRUCTIONS_CHARS)
-    """Accepted for the SDK's sake; no family voxserve serves takes a style prompt, so it is unused."""
     stream_format: Literal["audio", "sse"] = "audio"
     """'audio': the encoded bytes, chunked as sentences are made; 'sse': server-sent events,
     `speech.audio.delta` (base64 of those bytes) then `speech.audio.done` with usage."""

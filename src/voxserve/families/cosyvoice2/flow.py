@@ -12,11 +12,11 @@ chunk, every earlier chunk visible); full mode attends everywhere. The two give 
 so a request keeps one mode. State-dict keys are upstream's (flow.pt loads strictly).
 
 In streaming mode a frame depends only on its own chunk and earlier ones (chunk masks, causal
-convolutions), so a stream's next chunk needs of the earlier frames only what `FlowCache`
-keeps: per Euler step, each causal conv's last inputs and each attention layer's keys and
-values. `CosyFlow.chunk` runs the estimator over the new frames alone (O(N) for a stream, not
-the O(N^2) of recomputing the prefix every chunk); the encoder, a small share of the work, is
-re-run over the prefix.
+convolutions), so when the encoder is chunk-masked too a stream's next chunk needs of the earlier
+frames only what `FlowCache` keeps: the encoder's keys and values and up-conv context, and per
+Euler step each estimator conv's last inputs and each attention layer's keys and values.
+`CosyFlow.chunk` runs both over the new frames alone (O(N) for a stream, not the O(N^2) of
+recomputing the prefix every chunk).
 """
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ class CosyModel:
     # ---------------------------------------------------------------- the language model
     def prompt(self, item: CosyItem) -> torch.Tensor:
         p = item.prompt
-        return self.lm.prompt_embeddings(item.text_ids.to(self.device), p.text_ids, p.speech_tokens)
+        text = p.text_ids if item.lm_prompt_ids is None else item.lm_prompt_ids.to(self.device)
+        speech = p.speech_tokens if item.lm_speech else p.speech_tokens[:0]
+        return self.lm.prompt_embeddings(item.text_ids.to(self.device), text, speech)
 
     def sampler(self, item: CosyItem) -> RasSampler:
         return RasSampler(item.seed, self.lm.dims.eos, item.min_tokens, device=self.device, **self._sampling)

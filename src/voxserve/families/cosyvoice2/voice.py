@@ -36,6 +36,7 @@ CHARS_PER_SECOND = 14.0  # read English: ~150 words a minute
 WIDE_CHAR_WEIGHT = 3  # a CJK character is about a syllable
 COST_PER_CHAR = 2  # batching cost on the scale of a Piper voice's phoneme ids (see Bark's cost)
 MAX_SENTENCE_TOKENS = 80  # upstream's paragraph split: text tokens per LM prompt at most
+END_OF_PROMPT = "<|endofprompt|>"  # ends an instruction (a special token of the tokenizer)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,12 @@ class CosyItem:
     min_tokens: int = 0
     max_tokens: int = 1
     """The language model's length bounds (speech tokens), from the text's token count."""
+    lm_prompt_ids: torch.Tensor | None = None
+    """[Np] int64: what the language model reads before the text instead of the speaker's
+    transcript (instruct mode: the instructions and <|endofprompt|>; cross-lingual: nothing)."""
+    lm_speech: bool = True
+    """The language model continues the speaker's prompt speech tokens (false in the instruct
+    and cross-lingual modes, as upstream's frontend_instruct2 / frontend_cross_lingual)."""
 
 
 def speech_weight(text: str) -> int:
@@ -137,6 +144,15 @@ class CosyVoice2Voice(Voice):
         prompt = self.prompt(opts.speaker)
         speed = 1.0 if opts.speed is None else float(opts.speed)
         normalize = opts.normalize is not False
+        if opts.instructions is not None and opts.cross_lingual:
+            raise InvalidOptionError("cross_lingual", "instructions (instruct mode) and cross_lingual are two modes; "
+                                     "set one of them")
+        mode: dict = {}
+        if opts.instructions is not None:
+            mode = dict(lm_prompt_ids=torch.tensor(self.model.tokenize(opts.instructions + END_OF_PROMPT),
+                                                   dtype=torch.long), lm_speech=False)
+        elif opts.cross_lingual:
+            mode = dict(lm_prompt_ids=torch.zeros(0, dtype=torch.long), lm_speech=False)
 
         def gen() -> Iterator[Unit]:
             n = 0
@@ -144,7 +160,7 @@ class CosyVoice2Voice(Voice):
                 ids = self.model.tokenize(piece)
                 lo, hi = self.model.length_bounds(len(ids), len(prompt.text_ids))
                 item = CosyItem(piece, torch.tensor(ids, dtype=torch.long), prompt, sentence_seed(opts.seed, n),
-                                speed, lo, hi)
+                                speed, lo, hi, **mode)
                 w = speech_weight(piece)
                 yield Unit(n, piece, max(1, COST_PER_CHAR * w), item, w / CHARS_PER_SECOND / speed)
                 n += 1
