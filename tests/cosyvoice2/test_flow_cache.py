@@ -12,6 +12,7 @@ import torch
 import voxserve
 from voxserve import SynthesisOptions
 from voxserve.families.cosyvoice2.flow import FlowCache
+from voxserve.families.cosyvoice2.pipeline import PREFIX_SPEAKERS
 from voxserve.families.cosyvoice2.runner import CosyStepRunner
 from voxserve.families.cosyvoice2.voice import CosyPrompt
 
@@ -173,3 +174,8 @@ def test_the_prompts_whole_chunks_are_computed_once_per_speaker(chunked_voice):
         model.flow.chunk(prompt.speech_tokens[None, :n], torch.tensor([n]), prompt.speech_feat[None],
                          torch.tensor([len(prompt.speech_feat)]), prompt.embedding[None], [fresh])
     assert all(torch.equal(x, y) for sa, sb in zip(a.steps, fresh.steps) for x, y in zip(sa, sb))
+    # only the most recent speakers' prefixes are kept
+    others = [CosyPrompt(f"p{k}", torch.tensor([1]), s["prompt"], s["feat"], s["emb"]) for k in range(PREFIX_SPEAKERS)]
+    for p in others:
+        model._prompt_prefix(p)
+    assert len(model._prefixes) == PREFIX_SPEAKERS and id(prompt) not in model._prefixes

@@ -36,6 +36,7 @@ from .schedule import ChunkSchedule
 from .voice import CosyItem, CosyPrompt
 
 MEL_CACHE = 8  # mel frames of context HiFT gets from the previous chunk
+PREFIX_SPEAKERS = 8  # speakers whose prompt chunks stay cached (a 10 s prompt: ~2 GB at 0.5B dims, fp32)
 SPECIALS = ['<|im_start|>', '<|im_end|>', '<|endofprompt|>', '[breath]', '<strong>', '</strong>', '[noise]',
             '[laughter]', '[cough]', '[clucking]', '[accent]', '[quick_breath]', "<laughter>", "</laughter>",
             "[hissing]", "[sigh]", "[vocalized-noise]", "[lipsmack]", "[mn]"]
@@ -151,8 +152,9 @@ class CosyModel:
     def _prompt_prefix(self, prompt: CosyPrompt) -> FlowCache:
         """A new stream's flow cache: the prompt's whole chunks, computed once per speaker (they
         are the same for every sentence: same tokens, mel, embedding and noise), shared."""
-        hit = self._prefixes.get(id(prompt))
+        hit = self._prefixes.pop(id(prompt), None)
         if hit is not None and hit[0]() is prompt:
+            self._prefixes[id(prompt)] = hit  # the most recent last
             return hit[1].copy()
         chunk = self.flow.dims.est_chunk // self.flow.dims.token_mel_ratio
         whole = (prompt.n_speech_tokens - self.flow.dims.lookahead) // chunk * chunk  # look-ahead inside the prompt
@@ -162,7 +164,8 @@ class CosyModel:
                             torch.tensor([whole + self.flow.dims.lookahead], device=self.device),
                             prompt.speech_feat[None], torch.tensor([len(prompt.speech_feat)], device=self.device),
                             prompt.embedding[None], [cache])
-        self._prefixes = {k: v for k, v in self._prefixes.items() if v[0]() is not None}
+        live = [(k, v) for k, v in self._prefixes.items() if v[0]() is not None]
+        self._prefixes = dict(live[-(PREFIX_SPEAKERS - 1):])
         self._prefixes[id(prompt)] = (weakref.ref(prompt), cache)
         return cache.copy()
 
