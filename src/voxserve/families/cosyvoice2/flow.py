@@ -290,9 +290,9 @@ class UpsampleEncoder(nn.Module):
                         2 * len(self.encoders))
         for j, c in enumerate(caches):
             c.enc_tail = tails[j]
-            c.enc_kv = [torch.cat([c.enc_kv[i], t[j, :, : int(new[j]) * (1 if i < 2 * len(self.encoders) else r)]], 1)
-                        if c.enc_kv is not None else t[j, :, : int(new[j]) * (1 if i < 2 * len(self.encoders) else r)]
-                        for i, t in enumerate(kv_out)]
+            # the token blocks' keys are a token each, the up blocks' a frame each
+            own = [t[j, :, : int(new[j]) * (1 if i < 2 * len(self.encoders) else r)] for i, t in enumerate(kv_out)]
+            c.enc_kv = own if c.enc_kv is None else [torch.cat([old, o], 1) for old, o in zip(c.enc_kv, own)]
         return self.after_norm(x), new * r
 
     def _stack(self, layers, x, past, new, chunk, kv_in, kv_out, first):
@@ -580,7 +580,7 @@ def _left_padded(rows: list[list[torch.Tensor] | None], slots: int) -> list[torc
     return out
 
 
-def _gather_past(caches: list[FlowCache], step: int, device) -> list[torch.Tensor] | None:
+def _gather_past(caches: list[FlowCache], step: int) -> list[torch.Tensor] | None:
     """Step `step` of B caches -> per slot, the 2B rows batched (K/V padded to the longest)."""
     have = [c for c in caches if c.steps is not None]
     if not have:
@@ -635,15 +635,19 @@ class CosyFlow(nn.Module):
         # upstream draws this buffer after seeding the global generator with 0: same stream
         self.register_buffer("noise", torch.randn(1, dims.mel, NOISE_FRAMES, generator=g), persistent=False)
 
+    def _inputs(self, tokens, lengths, embedding):
+        """-> (spks [B, 80], token embeddings [B, T, d], zero past each row's length)."""
+        spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        keep = (pos[None] < lengths[:, None]).unsqueeze(-1).to(spks.dtype)
+        return spks, self.input_embedding(tokens.clamp(min=0).long()) * keep
+
     def condition(self, tokens, lengths, prompt_feat, prompt_frames, embedding, streaming: bool, finalize: bool):
         """The estimator's conditions over every encoded frame: (mu [B, 80, 2T'], frames [B],
         spks [B, 80], cond [B, 80, 2T']); arguments as `forward`'s."""
         d = self.dims
-        spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
+        spks, emb = self._inputs(tokens, lengths, embedding)
         core = lengths if finalize else lengths - d.lookahead
-        pos = torch.arange(tokens.shape[1], device=tokens.device)
-        keep = (pos[None] < lengths[:, None]).unsqueeze(-1).to(spks.dtype)
-        emb = self.input_embedding(tokens.clamp(min=0).long()) * keep
         h, frames = self.encoder(emb, core, lengths, streaming)
         mu = self.encoder_proj(h).transpose(1, 2)  # [B, 80, 2T]
         n = mu.shape[-1]
@@ -680,10 +684,7 @@ class CosyFlow(nn.Module):
             # a cache must end on the chunk grid: frames of a chunk see each other
             raise ValueError(f"a streaming chunk must add whole chunks of {d.est_chunk} frames: "
                              f"{past.tolist()} -> {frames.tolist()}")
-        spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
-        pos = torch.arange(tokens.shape[1], device=dev)
-        keep = (pos[None] < lengths[:, None]).unsqueeze(-1).to(spks.dtype)
-        emb = self.input_embedding(tokens.clamp(min=0).long()) * keep
+        spks, emb = self._inputs(tokens, lengths, embedding)
         h, _ = self.encoder.chunk(emb, core, lengths, caches)
         n = h.shape[1]
         mask = (torch.arange(n, device=dev)[None] < new[:, None]).to(spks.dtype)[:, None]  # [B, 1, N]
@@ -695,7 +696,7 @@ class CosyFlow(nn.Module):
         noise = self.noise[0, :, at.clamp(max=self.noise.shape[-1] - 1)].permute(1, 0, 2).to(mu.dtype)  # [B, 80, N]
         past2, new2 = torch.cat([past, past]), torch.cat([new, new])
         keep = _chunk_keep(past2, new2, n, d.est_chunk)
-        tapes = [Tape(_gather_past(caches, s, dev), past2, new2, keep) for s in range(d.steps)]
+        tapes = [Tape(_gather_past(caches, s), past2, new2, keep) for s in range(d.steps)]
         mel = self.decoder(mu, mask, spks, cond, noise * mask, True, tapes)
         _extend(caches, tapes, new, frames)
         return mel, new

@@ -36,7 +36,7 @@ from .schedule import ChunkSchedule
 from .voice import CosyItem, CosyPrompt
 
 MEL_CACHE = 8  # mel frames of context HiFT gets from the previous chunk
-PREFIX_SPEAKERS = 8  # speakers whose prompt chunks stay cached (a 10 s prompt: ~2 GB at 0.5B dims, fp32)
+PREFIX_SPEAKERS = 8  # speakers whose prompt chunks stay cached: a long prompt's are large (docs/cosyvoice2.md)
 SPECIALS = ['<|im_start|>', '<|im_end|>', '<|endofprompt|>', '[breath]', '<strong>', '</strong>', '[noise]',
             '[laughter]', '[cough]', '[clucking]', '[accent]', '[quick_breath]', "<laughter>", "</laughter>",
             "[hissing]", "[sigh]", "[vocalized-noise]", "[lipsmack]", "[mn]"]
