@@ -21,6 +21,14 @@ from voxserve.errors import (
 )
 
 
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch):
+    """The lanes' behaviour on an idle machine, whatever else runs beside the tests."""
+    from voxserve.engine import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "fitted_team", lambda n: n)
+
+
 def cfg(**kw) -> EngineConfig:
     lookahead = kw.pop("frontend_lookahead", 4)
     return EngineConfig(scheduler=SchedulerConfig(**{"max_wait_ms": 0, **kw}), frontend_lookahead=lookahead)
@@ -503,3 +511,32 @@ def test_a_lone_batch_that_waits_for_companions_still_starts(monkeypatch):
     with Engine([v], config) as eng:
         out = asyncio.run(asyncio.wait_for(_gather(AsyncEngine(eng), "fake", [text]), 5))  # (hung before)
     np.testing.assert_array_equal(out[0], v.expected(text))
+
+
+def test_on_a_busy_machine_the_reniced_lanes_sit_out_and_the_urgent_lanes_take_all_work(monkeypatch):
+    """Other processes hold a core (`fitted_team` below the threads): the reniced lanes would get
+    a small share of a core against them, so only the lanes at the process's priority run
+    batches, of any class, two at a time; once the load is gone the other lanes work again."""
+    from voxserve.engine import engine as engine_mod
+
+    _two_threads_with_teams(monkeypatch)
+    busy = {"on": True}
+    monkeypatch.setattr(engine_mod, "fitted_team", lambda n: 1 if busy["on"] else n)
+    monkeypatch.setattr(engine_mod, "_CONTENDED_RECHECK_S", 0.05)
+    v = FakeVoice(delay_s=0.01, concurrent_runs=True)
+    ran_on = []
+    run = v.run_pieces
+    monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.append(threading.current_thread().name) or run(*a, **k))
+    long_texts = [". ".join(f"a long sentence {k} of request {i} that is not urgent" for k in range(4)) + "."
+                  for i in range(4)]
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, urgent_max_cost=10), spill=False)
+    with Engine([v], config) as eng:
+        got = asyncio.run(_gather(AsyncEngine(eng), "fake", long_texts))
+        for a, t in zip(got, long_texts):
+            np.testing.assert_array_equal(a, v.expected(t))
+        assert ran_on and all("urgent" in n for n in ran_on)
+        assert v.max_concurrent == 2  # both urgent lanes
+        busy["on"] = False
+        ran_on.clear()
+        asyncio.run(_gather(AsyncEngine(eng), "fake", long_texts))
+    assert any("urgent" not in n for n in ran_on)

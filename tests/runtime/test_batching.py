@@ -104,3 +104,22 @@ def test_two_threads_run_batches_on_one_model_at_once(joe_voice, sentences, sing
         assert len(got) == len(want) == 4
         for a, ref in zip(got, want):
             assert len(a) == len(ref) and np.abs(a - ref).max() <= BATCH_ATOL
+
+
+def test_a_batch_split_on_a_busy_machine_equals_one_at_a_time(joe_voice, sentences, singles, monkeypatch):
+    """Other processes hold the cores: the batch runs as groups on one-thread teams at once
+    (runtime/cpu.py, contended_groups); each sentence's audio is still its own."""
+    from voxserve.families.piper import runner as runner_mod
+
+    calls = []
+
+    def split(costs):
+        calls.append(len(costs))
+        return [list(range(0, len(costs), 2)), list(range(1, len(costs), 2))] if len(calls) == 1 else None
+
+    monkeypatch.setattr(runner_mod, "contended_groups", split)
+    batch = joe_voice.synthesize_ids([s.ids for s in sentences[:7]], voxserve.DETERMINISTIC)
+    assert calls[0] == 7 and len(calls) == 3  # split once, then each group ran as a batch
+    for a, ref in zip(batch, singles[:7]):
+        assert len(a) == len(ref)
+        assert np.abs(a - ref).max() <= BATCH_ATOL

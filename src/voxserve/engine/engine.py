@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import AudioTooLongError, EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
 from ..runtime.cpu import (
+    fitted_team,
     intra_op_threads,
     lower_thread_priority,
     release_openmp_threads,
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 # Phoneme ids per character of text before a voice's front end has finished a request: about
 # 2 for English prose, 3 for numbers and symbols, so a request's cost is counted high, not low.
 COST_PER_CHAR_PRIOR = 3.0
+
+_NOTHING = object()  # `_Worker._takes`: a reniced lane sits out while other processes load the CPU
+_CONTENDED_RECHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,14 @@ class _Worker:
         """The lanes of a lane's class, its lane 0 first."""
         first = self.lanes if self._class(lane) else 0
         return list(range(first, first + self.lanes))
+
+    def _takes(self, urgent: bool | None):
+        """The work a lane of class `urgent` takes now (lock held): its class's, unless other
+        processes keep a core busy (`fitted_team`): then the reniced lanes, which would get a
+        small share of a core against them, take nothing, and the urgent lanes take any work."""
+        if not self.urgent or fitted_team(self.threads) >= self.threads:
+            return urgent
+        return _NOTHING if urgent is False else None
 
     def _lone(self) -> bool:
         """Nothing runs and one request waits: its batch will run alone (lock held)."""
@@ -576,13 +588,17 @@ class _Worker:
                     if self.engine._stopping_now:
                         return
                     now = time.monotonic()
-                    work = self._next_work(now, lane, urgent)
+                    takes = self._takes(urgent)
+                    if takes is _NOTHING:  # back when the other processes' load is gone
+                        self.cond.wait(_CONTENDED_RECHECK_S)
+                        continue
+                    work = self._next_work(now, lane, takes)
                     if work is None:
                         may = self._may_schedule(lane)
                         # urgent lane 0 also waits for a lone batch of the other class (only
                         # then: other work that it may not take would make it spin)
-                        lone = urgent and lane == self.lanes and self._lone()
-                        wake = self.scheduler.next_deadline(now, self._max_items, None if lone else urgent)
+                        lone = takes and lane == self.lanes and self._lone()
+                        wake = self.scheduler.next_deadline(now, self._max_items, None if lone else takes)
                         self.cond.wait(wake if may else None)
                 kind, arg = work
                 team = self._claim(lane, arg, now) if kind == "batch" else 0

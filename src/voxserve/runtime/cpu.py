@@ -42,6 +42,11 @@ import ctypes.util
 import logging
 import os
 import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD = -1
@@ -135,7 +140,6 @@ class OtherLoad:
         self._last: tuple[float, float, float] | None = None  # (time, busy ticks all, our ticks)
         self.cores = 0.0
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        import threading
 
         self._lock = threading.Lock()
 
@@ -169,6 +173,7 @@ class OtherLoad:
 
 
 _other = OtherLoad()
+_other.other_cores()  # the baseline, so that the first batch's reading covers a window
 
 
 _HOLD_S = 5.0  # a team size is kept this long: each switch costs cold per-team-size kernels
@@ -211,6 +216,53 @@ class cpu_team:
         return False
 
 
+def contended_groups(costs: Sequence[float]) -> list[list[int]] | None:
+    """Indices of a batch's items in groups to run at once, one group per thread on a team of
+    one (`run_groups`), when other processes keep cores busy (`fitted_team` below the calling
+    thread's team): independent single-thread runs lose no time at barriers, where one team
+    waits at each of them for its thread that the kernel gave to another process. None when
+    the batch should run as it is (an idle machine, one item, a team of one). Groups are
+    balanced by cost (largest first, each to the lightest group), each in the batch's order."""
+    n = thread_team() if thread_teams() else None
+    if n is None or n < 2 or len(costs) < 2 or fitted_team(n) >= n:
+        return None
+    k = min(n, len(costs))
+    groups: list[list[int]] = [[] for _ in range(k)]
+    load = [0.0] * k
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        g = min(range(k), key=load.__getitem__)
+        groups[g].append(i)
+        load[g] += costs[i]
+    return [sorted(g) for g in groups]
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def run_groups(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Run the calls at once, each on a thread whose OpenMP team is one thread (the first on
+    the calling thread, its team restored after); their results in order, or the first
+    exception raised."""
+    global _pool
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < len(calls) - 1:  # (grows, never shrinks)
+            _pool = ThreadPoolExecutor(max(1, len(calls) - 1), thread_name_prefix="voxserve-split",
+                                       initializer=set_thread_team, initargs=(1,))
+        pool = _pool
+    futures = [pool.submit(c) for c in calls[1:]]
+    before = thread_team()
+    set_thread_team(1)
+    try:
+        first = calls[0]()
+    finally:
+        if before is not None:
+            set_thread_team(before)
+    return [first] + [f.result() for f in futures]
+
+
 def in_passing_thread(fn, *args, **kwargs):
     """fn(*args, **kwargs) on a new thread that ends with it: its result, or its exception
     raised here. For model loading and warm-up in a process whose inference runs on a worker
@@ -220,7 +272,6 @@ def in_passing_thread(fn, *args, **kwargs):
     (docs/cosyvoice2.md, "Threads": CosyVoice 2 steps ran 1.5-1.9x slower on a worker thread
     after the main thread had loaded the model). The torch thread count fn set is applied to
     the calling thread too (it is per thread under OpenMP)."""
-    import threading
 
     box: dict = {}
 
@@ -267,7 +318,6 @@ def lower_thread_priority(delta: int) -> bool:
     True if it was applied."""
     if delta <= 0 or not sys.platform.startswith("linux") or not hasattr(os, "setpriority"):
         return False
-    import threading
 
     tid = threading.get_native_id()
     try:

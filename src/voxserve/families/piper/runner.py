@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ...runtime.cpu import cpu_team
+from ...runtime.cpu import contended_groups, cpu_team, run_groups
 from ...runtime.offload import ResidentWeights, WeightOffloader
 from .buckets import geometric_bucket
 from .cuda_graphs import GraphedStages
@@ -318,6 +318,17 @@ class VitsRunner(ResidentWeights):
         decoder over `decode_context` of them, so the pieces of an item join exactly."""
         if not items:
             return []
+        groups = (contended_groups([it.cost if isinstance(it, VitsContinuation) else len(it.ids) for it in items])
+                  if self.device.type == "cpu" and self.concurrent_runs else None)
+        if groups:  # a busy machine: each group alone on one thread (runtime/cpu.py)
+            parts = run_groups([functools.partial(self.run_pieces, [items[i] for i in g],
+                                                  [g.index(k) for k in early if k in g], max_cost)
+                                for g in groups])
+            merged: list = [None] * len(items)
+            for g, part in zip(groups, parts):
+                for i, piece in zip(g, part):
+                    merged[i] = piece
+            return merged
         try:  # (_submit checks the items)
             pending, rests, over, durs = self._submit(items, early, max_cost)
             out: list = [VitsPiece(a, r, d) for a, r, d in zip(pending.result(), rests, durs)]
