@@ -189,7 +189,9 @@ class _Worker:
     interrupted); when there is no urgent work, the other lanes have the cores to themselves.
     A lone batch (nothing else running or waiting) of either class runs on urgent lane 0 with
     every thread: a reniced team on every thread would crawl once urgent work came, each of its
-    OpenMP barriers waiting for the thread that shares a core with an urgent lane.
+    OpenMP barriers waiting for the thread that shares a core with an urgent lane. While other
+    processes keep cores busy (`fitted_team` below `threads`), the reniced lanes take nothing and
+    the urgent ones take all work: a reniced thread loses its core to every outside process.
 
     Spill (`EngineConfig.spill`): a lane that finds nothing to take while a core is free takes
     the next sentence of a request that has one in flight (the scheduler's "Spill"), and the

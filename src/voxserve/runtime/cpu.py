@@ -32,7 +32,10 @@ Busy machines. An OpenMP team of n threads stalls at every barrier when fewer th
 free: a thread descheduled for another process holds the whole team for its time slice, each
 of a sentence's parallel regions. `fitted_team(n)` is the team a batch should use now: n when no
 other process keeps a core busy, fewer when other processes' (not niced) CPU time over the last
-fraction of a second leaves fewer cores free; `cpu_team` applies it to one batch.
+fraction of a second leaves fewer cores free; `cpu_team` applies it to one batch. A batch of
+several sentences then runs better as groups on one-thread teams at once than as one team
+that waits at each barrier for a descheduled thread: `contended_groups` splits it by cost only
+under contention and `run_groups` runs the groups.
 """
 
 from __future__ import annotations
