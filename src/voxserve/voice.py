@@ -22,7 +22,7 @@ from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
 
 MAX_BATCH_SENTENCES = 16
-MAX_BATCH_COST = 4096  # phoneme ids per batch
+MAX_BATCH_COST = 4096  # phoneme ids per batch (a voice may bound its batches lower: Voice.batch_cost)
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,9 @@ class Voice(ABC):
     sample_rate: int
     limits: Limits = DEFAULT_LIMITS
     """The work bound of every request to this voice (set by load_voice(limits=...))."""
+    batch_cost: int = MAX_BATCH_COST
+    """The most cost (`Unit.cost`) one batch of the library path (`synthesize_batch`,
+    `stream`) holds: a voice on a device where bigger batches buy nothing bounds its memory lower."""
 
     @property
     def speakers(self) -> list[str]:
@@ -350,7 +353,7 @@ class Voice(ABC):
             budget.add(len(audio), start)
             yield AudioChunk(audio, self.sample_rate, words, index=first.index, text=text, is_last=not nxt)
             size = 2
-            pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
+            pending = nxt + self._take_batch(units, size - len(nxt), self.batch_cost - sum(u.cost for u in nxt))
         while pending:
             nxt = list(itertools.islice(units, 1))  # look ahead one: mark the last chunk
             results = self._run_whole(self.resolve_components(pending))
@@ -359,7 +362,7 @@ class Voice(ABC):
                 budget.add(len(a))
                 yield AudioChunk(a, self.sample_rate, words, index=u.index, text=u.text, is_last=last)
             size = min(size * 2, MAX_BATCH_SENTENCES)
-            pending = nxt + self._take_batch(units, size - len(nxt), MAX_BATCH_COST - sum(u.cost for u in nxt))
+            pending = nxt + self._take_batch(units, size - len(nxt), self.batch_cost - sum(u.cost for u in nxt))
 
     def synthesize_batch(self, texts: Sequence[str], options: SynthesisOptions | Sequence[SynthesisOptions | None] | None = None) -> list[Audio]:
         """Several texts; the sentences of all of them share batches. One Audio per text."""
@@ -377,7 +380,7 @@ class Voice(ABC):
         audio: dict[tuple[int, int], tuple[np.ndarray, tuple[Word, ...]]] = {}
         budgets = [AudioBudget(self.limits, self.sample_rate, self.silence_after(o)) for o in opts_list]
         it = iter(flat)
-        while batch := self._take_batch(it, MAX_BATCH_SENTENCES, MAX_BATCH_COST, key=lambda x: x[1]):
+        while batch := self._take_batch(it, MAX_BATCH_SENTENCES, self.batch_cost, key=lambda x: x[1]):
             for (ti, u), (a, words) in zip(batch, self._run_whole(self.resolve_components([u for _, u in batch]))):
                 budgets[ti].add(len(a))
                 audio[(ti, u.index)] = (a, words)

@@ -20,7 +20,7 @@ from .onnx_import import read_piper_onnx
 from .options import RuntimeOptions
 from .precision import PrecisionPolicy, apply_precision
 from .runner import VitsRunner
-from .transforms import fold_resblock_average
+from .transforms import fold_resblock_average, tile_decoder
 from .voice import VitsVoice
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ def load_piper_voice(
         if runtime.cpu_gemm_convs:  # first: the flow's convolutions it takes are not converted twice
             for stage in (model.enc_p, model.dp, model.flow):
                 convert_convs_gemm(stage)
+        if runtime.cpu_decode_tiles and not runtime.compile:
+            tile_decoder(model.dec)
         if runtime.cpu_channels_last:
             convert_convs_channels_last(model.flow)
             convert_convs_channels_last(model.dec)

@@ -102,6 +102,14 @@ class GapMask:
         tail = None if self.tail_from is None else self.tail_from * rate
         return GapMask(idx, self.length * rate, tail)
 
+    def window(self, lo: int, hi: int) -> "GapMask":
+        """The mask of positions [lo, hi), as positions 0 .. hi - lo."""
+        idx = self.index
+        if idx.numel():
+            idx = idx[(idx >= lo) & (idx < hi)] - lo
+        tail = None if self.tail_from is None else max(0, self.tail_from - lo)
+        return GapMask(idx, hi - lo, tail)
+
     def apply_(self, x: torch.Tensor) -> torch.Tensor:
         if self.index.numel():
             x.index_fill_(-1, self.index, 0.0)
@@ -120,6 +128,13 @@ def upsample_mask(mask: Mask, rate: int) -> Mask:
     if isinstance(mask, GapMask):
         return mask.upsample(rate)
     return mask.repeat_interleave(rate, dim=2)
+
+
+def window_mask(mask: Mask, lo: int, hi: int) -> Mask:
+    """A mask's positions [lo, hi) along its last axis."""
+    if mask is None or isinstance(mask, GapMask):
+        return None if mask is None else mask.window(lo, hi)
+    return mask[..., lo:hi]
 
 
 def _masked(x: torch.Tensor, mask: Mask) -> torch.Tensor:
@@ -652,23 +667,70 @@ class Generator(nn.Module):
         # True once transforms.fold_resblock_average has moved the 1/num_kernels of
         # the resblock average into the next convolution's weights
         self.average_folded = False
+        # (first stage, latent frames) once transforms.tile_decoder has set it: the stages
+        # from `first` on run over tiles of the sequence, each with its receptive field of
+        # real context, so their activations are bounded by a tile, not by the sequence
+        self.tiles: tuple[int, int] | None = None
+        # one-sided reach of each stage (leaky ReLU, upsampling, resblocks), in its input samples
+        self.stage_reach = []
+        for u, k in zip(dims.upsample_rates, dims.upsample_kernel_sizes):
+            blocks = [sum((rk - 1) // 2 * d for d in (list(rd) + ([1] * len(rd) if dims.resblock == "1" else [])))
+                      for rk, rd in zip(dims.resblock_kernel_sizes, dims.resblock_dilation_sizes)]
+            self.stage_reach.append(math.ceil(k / u) + max(blocks) / u)
+
+    def tail_reach(self, first: int) -> int:
+        """One-sided receptive field of the stages from `first` on and conv_post, in samples
+        of stage `first`'s input, rounded up, plus one."""
+        reach, scale = 0.0, 1
+        for i in range(first, len(self.ups)):
+            reach += self.stage_reach[i] / scale
+            scale *= self.upsample_rates[i]
+        return math.ceil(reach + 3 / scale) + 1
+
+    def head(self, z: torch.Tensor, mask: Mask, g: torch.Tensor | None, stages: int) -> tuple[torch.Tensor, Mask]:
+        """conv_pre (+ speaker) and the first `stages` upsampling stages -> (x, its mask)."""
+        x = self.conv_pre(z)
+        if g is not None:
+            x = x + self.cond(g)
+        for i in range(stages):
+            x, mask = self.stage(i, x, mask)
+        return x, mask
+
+    def stage(self, i: int, x: torch.Tensor, mask: Mask) -> tuple[torch.Tensor, Mask]:
+        x = self.ups[i](_masked(leaky_relu(x, LRELU_SLOPE), mask))
+        mask = upsample_mask(mask, self.upsample_rates[i])
+        blocks = self.resblocks[i * self.num_kernels : (i + 1) * self.num_kernels]
+        xs = blocks[0](x, mask)
+        for block in blocks[1:]:
+            xs = xs.add_(block(x, mask))
+        return (xs if self.average_folded else xs.div_(self.num_kernels)), mask
+
+    def tail(self, x: torch.Tensor, mask: Mask, first: int) -> torch.Tensor:
+        """The stages from `first` on and conv_post -> [B, 1, samples]."""
+        for i in range(first, len(self.ups)):
+            x, mask = self.stage(i, x, mask)
+        x = self.conv_post(_masked(leaky_relu(x, 0.01), mask))  # default slope, as VITS
+        return _masked(torch.tanh(x), mask)
 
     def forward(self, z: torch.Tensor, mask: Mask = None, g: torch.Tensor | None = None):
         # z [B, C, F] (zero where masked); mask: None, dense [B, 1, F] or GapMask;
         # g [B, gin, 1] or per frame [B, gin, F]. Returns [B, 1, F * hop].
-        x = self.conv_pre(z)
-        if g is not None:
-            x = x + self.cond(g)
-        for i, up in enumerate(self.ups):
-            x = up(_masked(leaky_relu(x, LRELU_SLOPE), mask))
-            mask = upsample_mask(mask, self.upsample_rates[i])
-            blocks = self.resblocks[i * self.num_kernels : (i + 1) * self.num_kernels]
-            xs = blocks[0](x, mask)
-            for block in blocks[1:]:
-                xs = xs.add_(block(x, mask))
-            x = xs if self.average_folded else xs.div_(self.num_kernels)
-        x = self.conv_post(_masked(leaky_relu(x, 0.01), mask))  # default slope, as VITS
-        return _masked(torch.tanh(x), mask)
+        first, frames = self.tiles or (len(self.ups), 0)
+        x, mask = self.head(z, mask, g, first)
+        if not frames:
+            return self.tail(x, mask, first)
+        r = math.prod(self.upsample_rates[:first])  # samples of x per latent frame
+        step, halo, n = frames * r, self.tail_reach(first), x.shape[-1]
+        if n <= step + halo:
+            return self.tail(x, mask, first)
+        up = math.prod(self.upsample_rates[first:])
+        outs = []
+        for a in range(0, n, step):  # each tile computed with `halo` samples of context
+            b = min(n, a + step)
+            lo, hi = max(0, a - halo), min(n, b + halo)
+            y = self.tail(x[..., lo:hi], window_mask(mask, lo, hi), first)
+            outs.append(y[..., (a - lo) * up : (b - lo) * up])
+        return torch.cat(outs, dim=-1)
 
 
 # --------------------------------------------------------------------------- the model

@@ -20,6 +20,10 @@ class RuntimeOptions:
     """CPU: a lower cap on max_decode_frames (None = none). On a CPU the decoder's activations
     at 4096 frames dominate peak memory and shorter calls are no slower (docs/benchmarks.md,
     'Memory of voxserve say')."""
+    cpu_decode_tiles: bool = True
+    """CPU: run the decoder's later stages over tiles of 128 latent frames with their receptive
+    field of context (families/piper/transforms.py, tile_decoder): their activations, most of
+    the decoder's memory, stay within a tile."""
     cpu_channels_last: bool = True
     """CPU: run the flow's and decoder's 1-D convolutions as channels-last 2-D convolutions."""
     cpu_gemm_convs: bool = True

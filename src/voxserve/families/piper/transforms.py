@@ -24,3 +24,18 @@ def fold_resblock_average(dec: Generator) -> bool:
         conv.weight.div_(k)  # bias untouched: it is added after the (scaled) input is convolved
     dec.average_folded = True
     return True
+
+
+# The decoder's later stages hold most of its activations (the last one at the full sample
+# rate); over tiles of this many latent frames they stay within a few MB, in cache.
+TILE_FRAMES = 128
+
+
+def tile_decoder(dec: Generator, frames: int = TILE_FRAMES, first: int = 1) -> bool:
+    """Run the decoder's stages from `first` on over tiles of `frames` latent frames, each
+    with the stages' receptive field of real context on both sides (exact: the same values as
+    the whole sequence, up to float rounding). CPU only: a GPU wants the long kernels."""
+    if not 0 <= first < len(dec.ups) or frames < 1:
+        raise ValueError(f"tile_decoder: first stage {first} or {frames} frames out of range")
+    dec.tiles = (first, frames)
+    return True
