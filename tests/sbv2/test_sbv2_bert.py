@@ -31,7 +31,10 @@ from voxserve.families.sbv2.bert import SbvBert, bert_key, shared_bert  # noqa: 
 from voxserve.limits import DEFAULT_LIMITS  # noqa: E402
 from voxserve.voice import Unit, Voice  # noqa: E402
 
-FP32_BOUND = 1e-5  # batched vs solo, fp32 (measured 6.0e-6 on CPU for 8 sentences of 6-21 chars)
+# Batched vs solo in fp32: padding changes the GEMM shapes and so the order of each reduction;
+# over 24 layers that is a few ulps of the largest features (|x| up to ~4, ulp 4.8e-7), and it
+# differs by CPU (docs/sbv2.md has the figures). A masking or position bug moves them by >1e-2.
+FP32_BOUND = 5e-5
 
 
 ZH_BERT = fx.ZH_BERT
@@ -104,7 +107,7 @@ def test_features_equal_the_recorded_reference(jp_bert):
         batched = jp_bert.run(others[:2] + [(c["bert_text"], w2p)] + others[2:])[2]
         d_solo, d_batch = max_diff(solo, ref), max_diff(batched, ref)
         print(f"{variant}/0 vs the reference: solo {d_solo:.2e}, in a batch of 6 {d_batch:.2e}")
-        assert d_solo <= 1e-5 and d_batch <= FP32_BOUND
+        assert d_solo <= FP32_BOUND and d_batch <= FP32_BOUND
 
 
 def sbv2_features(model, tokenizer, text: str, w2p: list[int]) -> np.ndarray:
