@@ -14,7 +14,7 @@ Measures, and prints as a table with the CPU model and the load average:
     PY=/path/python
     $PY benchmarks/lean_server.py                       # start-up and RSS, 3 starts each
     $PY benchmarks/lean_server.py --soak 8 --busy 3 --idle
-    $PY benchmarks/lean_server.py --vox-flags "--executor lanes"   # an executor choice
+    $PY benchmarks/lean_server.py --vox-flags "--executor serial"  # an executor choice
 
 voxserve runs as `PY -m voxserve serve --device cpu VOX_FLAGS` with this checkout's src first on
 PYTHONPATH.

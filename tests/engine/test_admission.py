@@ -95,7 +95,8 @@ def test_speed_of_overlapping_lanes_counts_busy_time_once(monkeypatch):
     monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: True)
     monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: None)
     v = TimedVoice(k=0.002, concurrent_runs=True)
-    eng = Engine([v], cfg(urgent_lanes=False, spill=False)).start(threads=False)  # queue first
+    monkeypatch.setattr(engine_mod._Worker, "SPILL", False)
+    eng = Engine([v], cfg()).start(threads=False)  # queue first
     try:
         assert eng.lanes == {"cpu": 2}
         sinks = [Sink() for _ in range(16)]

@@ -258,13 +258,14 @@ def test_step_by_hand_without_threads():
     eng.shutdown(1)
 
 
-@pytest.mark.parametrize("urgent_lanes", [False, True])
-def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urgent_lanes):
+def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
     """Two lanes (as on a 2-core CPU), and two urgent ones: batches overlap in time, but without
     spill never two batches of one request (its audio stays in order), and every request gets
     exactly its own audio."""
     from voxserve.engine import engine as engine_mod
 
+    monkeypatch.setattr(engine_mod._Worker, "SPILL", False)
+    monkeypatch.setattr(engine_mod._Worker, "LANE_BATCH", 2)
     monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
     monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
     teams = []
@@ -272,14 +273,14 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch, urg
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ts = texts(16)
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=4, max_batch_phonemes=10_000),
-                          frontend_lookahead=4, lane_batch_size=2, urgent_lanes=urgent_lanes, spill=False)
+                          frontend_lookahead=4)
     with Engine([v], config) as eng:
         assert eng.lanes == {"cpu": 2}
         outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
     for t, o in zip(ts, outs):
         np.testing.assert_array_equal(o, v.expected(t))
-    assert 2 <= v.max_concurrent <= (4 if urgent_lanes else 2)
-    assert max(v.batches) == 2  # lane_batch_size bounds a lane's batch
+    assert 2 <= v.max_concurrent <= 4
+    assert max(v.batches) == 2  # LANE_BATCH bounds a lane's batch
     assert set(teams) <= {1, 2} and 1 in teams  # lanes split the two threads while both run
 
     def request_of(payload) -> str:  # "request 3 sentence 1" -> "request 3"
@@ -304,8 +305,7 @@ def _two_threads_with_teams(monkeypatch) -> dict:
     return teams
 
 
-@pytest.mark.parametrize("urgent_lanes", [False, True])
-def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_order(monkeypatch, urgent_lanes):
+def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_order(monkeypatch):
     """Spill: a lone request's sentences after its first run two at a time, one thread each
     (its stream's first sentence alone on both threads, for first audio); a later sentence
     that finishes first waits, and the chunks (cut pieces included) come in order."""
@@ -324,7 +324,7 @@ def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_orde
     monkeypatch.setattr(v, "run_pieces", slow_run)
     text = ("a first sentence long enough for a head cut of its own. second sentence. third. "
             "a fourth sentence that costs more than the batch limit allows. fifth. sixth.")
-    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_phonemes=40), urgent_lanes=urgent_lanes)
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_phonemes=40))
 
     async def go():
         return await AsyncEngine(eng).submit("fake", text).collect()
@@ -355,10 +355,12 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
     ran_on = set()
     run = v.run_pieces
     monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.add(threading.current_thread().name) or run(*a, **k))
-    no_spill = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0), frontend_lookahead=4, spill=False)
-    with Engine([v], no_spill) as eng:  # one request at a time: nothing else waits
-        for t in texts(3):
-            asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
+    no_spill = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0), frontend_lookahead=4)
+    with monkeypatch.context() as m:
+        m.setattr(engine_mod._Worker, "SPILL", False)
+        with Engine([v], no_spill) as eng:  # one request at a time: nothing else waits
+            for t in texts(3):
+                asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
     assert teams and set(teams) == {2} and v.max_concurrent == 1
     with Engine([v], cfg()) as eng:  # with spill (the default) too, for one-sentence requests
         for t in ("one sentence.", "another one."):
@@ -367,14 +369,11 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
     # on urgent lane 0, at the process's priority (a reniced team would crawl beside urgent work)
     assert ran_on == {"voxserve-worker-cpu-urgent-0"} and len(reniced) == 4 and not ran_on & set(reniced)
     assert Engine([FakeVoice()], cfg()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
-    assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(lanes=1)).lanes == {"cpu": 1}
     assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(executor="serial")).lanes == {"cpu": 1}
-    with pytest.raises(ValueError, match="executor"):
-        EngineConfig(executor="threads").validate()
-    with pytest.raises(ValueError, match="lanes"):
-        EngineConfig(lanes=0).validate()
-    with pytest.raises(ValueError, match="lane_batch_size"):
-        EngineConfig(lane_batch_size=0).validate()
+    assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(executor="serial")).urgent_lanes == {"cpu": False}
+    for bad in ("threads", "lanes"):
+        with pytest.raises(ValueError, match="executor"):
+            EngineConfig(executor=bad).validate()
 
 
 
@@ -416,12 +415,14 @@ class GatedLongVoice(FakeVoice):
         return super().run_pieces(units, early, max_cost)
 
 
-@pytest.mark.parametrize("urgent_lanes", [True, False])
-def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkeypatch, urgent_lanes):
+def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkeypatch):
     """Long sentences hold the lanes; a short request is served at once on an urgent lane
-    (the other lanes' threads reniced below it). Without urgent lanes it waits for a lane."""
+    (the other lanes' threads reniced below it)."""
     from voxserve.engine import engine as engine_mod
+    from voxserve.engine import scheduler as scheduler_mod
 
+    monkeypatch.setattr(scheduler_mod, "URGENT_MAX_COST", 60)
+    monkeypatch.setattr(engine_mod._Worker, "LANE_NICE", 7)
     monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
     monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
     teams = []
@@ -430,8 +431,7 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
     monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: reniced.append(d) or True)
     v = GatedLongVoice(long=100, concurrent_runs=True)
     long_text = "x" * 150 + ". " + "y" * 150 + "."  # two sentences: 300 to its end, not urgent
-    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, urgent_max_cost=60),
-                          urgent_lanes=urgent_lanes, lane_nice=7)
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
     done = threading.Event()
 
     class Sink:
@@ -447,7 +447,7 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
             pass
 
     eng = Engine([v], config).start(threads=False)  # accept first: the lanes find work queued
-    assert eng.urgent_lanes == {"cpu": urgent_lanes} and eng.lanes == {"cpu": 2}
+    assert eng.urgent_lanes == {"cpu": True} and eng.lanes == {"cpu": 2}
     for _ in range(3):  # two hold the (other) lanes, one waits
         eng.submit("fake", long_text, None, Quiet())
     deadline = time.time() + 5
@@ -461,14 +461,13 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
     time.sleep(0.5)  # a long request waits, due, that the idle urgent lanes may not take
     assert time.process_time() - cpu < 0.2  # they sleep: no lane spins on work it cannot take
     eng.submit("fake", "a short one.", None, Sink(), streaming=True)
-    served = done.wait(5 if urgent_lanes else 0.3)
+    served = done.wait(5)
     v.release.set()
     assert eng.drain(10)
     eng.shutdown(1)
-    assert served == urgent_lanes
-    assert reniced == ([7, 7] if urgent_lanes else [])
-    if urgent_lanes:
-        assert v.held_when_short_ran[0] == 2  # it ran while long work held both lanes
+    assert served
+    assert reniced == [7, 7]
+    assert v.held_when_short_ran[0] == 2  # it ran while long work held both lanes
 
 
 def test_warm_voice_warms_every_team_size_the_lanes_use(monkeypatch):
@@ -489,7 +488,7 @@ def test_warm_voice_warms_every_team_size_the_lanes_use(monkeypatch):
     assert warmed_at == [2, 1] and teams[-1] == 2 and released
     warmed_at.clear()
     teams.clear()
-    Engine([v], EngineConfig(lanes=1)).warm_voice("fake")  # one lane: its team as it is
+    Engine([v], EngineConfig(executor="serial")).warm_voice("fake")  # one lane: its team as it is
     assert warmed_at == [None]
     with pytest.raises(UnknownVoiceError):
         Engine([v], cfg()).warm_voice("nope")
@@ -506,8 +505,8 @@ def test_a_lone_batch_that_waits_for_companions_still_starts(monkeypatch):
     monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: True)
     v = FakeVoice(concurrent_runs=True)
     text = ". ".join("z" * 200 for _ in range(3)) + "."  # not urgent: 600 to its end
-    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=50, max_batch_phonemes=10_000),
-                          lane_batch_size=2)
+    monkeypatch.setattr(engine_mod._Worker, "LANE_BATCH", 2)
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=50, max_batch_phonemes=10_000))
     with Engine([v], config) as eng:
         out = asyncio.run(asyncio.wait_for(_gather(AsyncEngine(eng), "fake", [text]), 5))  # (hung before)
     np.testing.assert_array_equal(out[0], v.expected(text))
@@ -529,7 +528,11 @@ def test_on_a_busy_machine_the_reniced_lanes_sit_out_and_the_urgent_lanes_take_a
     monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.append(threading.current_thread().name) or run(*a, **k))
     long_texts = [". ".join(f"a long sentence {k} of request {i} that is not urgent" for k in range(4)) + "."
                   for i in range(4)]
-    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, urgent_max_cost=10), spill=False)
+    from voxserve.engine import scheduler as scheduler_mod
+
+    monkeypatch.setattr(scheduler_mod, "URGENT_MAX_COST", 10)
+    monkeypatch.setattr(engine_mod._Worker, "SPILL", False)
+    config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
     with Engine([v], config) as eng:
         got = asyncio.run(_gather(AsyncEngine(eng), "fake", long_texts))
         for a, t in zip(got, long_texts):

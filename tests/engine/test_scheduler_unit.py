@@ -248,9 +248,9 @@ def test_shortest_remaining_first_once_known():
     s.input_done("short")
     order = [b[0][0] for b in run_all(s, now=0.0)]
     assert order[:2] == ["short", "short"]
-    s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, shortest_first=False))
+    s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
     add(s2, "long", 3)
-    add(s2, "short", 2)
+    add(s2, "short", 2)  # their ends unknown (front ends running): round-robin
     assert [b[0][0] for b in run_all(s2, now=0.0)] == ["long", "short", "long", "short", "long"]
 
 
@@ -425,7 +425,7 @@ def test_urgent_class_is_a_short_wait_in_service_order():
     """urgent=True schedules requests whose client waits for at most urgent_max_cost (a short
     request's end, a stream's first sentence, a long request's last sentence), urgent=False the
     others (and requests whose end is still unknown), None everything."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=1000, urgent_max_cost=160))
+    s = Scheduler(SchedulerConfig(max_wait_ms=1000))
     add(s, "long", 2, cost=100)  # its end is 200 away
     add(s, "open", 1, cost=20)  # its front end is still running: end unknown
     add(s, "stream", 3, cost=150, streaming=True)  # first audio 150 away
@@ -457,7 +457,7 @@ def test_urgent_order():
     """Urgent requests go first come, first served (a slightly longer one is not held back by
     shorter newcomers), those that the urgent work finishes before streams' first sentences of
     longer requests. The other class keeps least work first."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=0, urgent_max_cost=160))
+    s = Scheduler(SchedulerConfig(max_wait_ms=0))
     for rid, cost, n, streaming in (("a", 150, 1, False), ("s1", 120, 3, True), ("b", 30, 1, True),
                                     ("big", 200, 1, False), ("c", 100, 1, False), ("s2", 5, 2, True),
                                     ("bigger", 300, 1, False), ("d", 10, 1, False)):
@@ -480,7 +480,7 @@ def test_urgent_order():
 def test_rescues_take_turns_within_a_class():
     """A starving request goes first in its class; a rescue in one class does not make the
     other class skip its own rescues."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=0, max_starve_ms=1000, urgent_max_cost=160))
+    s = Scheduler(SchedulerConfig(max_wait_ms=0, max_starve_ms=1000))
     add(s, "old", 1, cost=120, now=0.0)
     add(s, "new", 1, cost=30, now=5.0)
     add(s, "old_long", 2, cost=200, now=0.0)

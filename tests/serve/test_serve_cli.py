@@ -34,7 +34,7 @@ def test_flag_beats_environment_beats_default():
 def test_engine_settings_and_the_executor_choice():
     assert settings_from(parse(), environ={}).engine_config() == EngineConfig()
     assert settings_from(parse("--executor", "serial"), environ={}).engine_config().executor == "serial"
-    assert settings_from(parse(), environ={"VOXSERVE_EXECUTOR": "lanes"}).engine_config().executor == "lanes"
+    assert settings_from(parse(), environ={"VOXSERVE_EXECUTOR": "auto"}).engine_config().executor == "auto"
     for removed in ("--urgent-order", "--spill", "--lone-team-max-cost", "--aging-per-s", "--lane-batch-size",
                     "--lanes", "--urgent-max-cost", "--lane-nice"):
         with pytest.raises(SystemExit):  # measured and not kept: no longer settings
@@ -87,6 +87,7 @@ def test_serve_bad_input_exit_codes(capsys, tmp_path, monkeypatch):
 
 def test_executor_setting():
     assert settings_from(parse("--executor", "serial"), environ={}).engine_config().executor == "serial"
-    assert settings_from(parse(), environ={"VOXSERVE_EXECUTOR": "lanes"}).engine_config().executor == "lanes"
-    with pytest.raises(ValueError, match="executor"):
-        settings_from(parse("--executor", "fast"), environ={}).engine_config()
+    assert settings_from(parse(), environ={"VOXSERVE_EXECUTOR": "serial"}).engine_config().executor == "serial"
+    for bad in ("fast", "lanes"):  # "lanes" was what auto does
+        with pytest.raises(ValueError, match="executor"):
+            settings_from(parse("--executor", bad), environ={}).engine_config()

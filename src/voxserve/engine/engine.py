@@ -65,33 +65,12 @@ class EngineConfig:
     """Sentences a request may have queued before its front end pauses."""
     frontend_threads: int = 2
     """Threads for the text front end (espeak-ng itself runs one call at a time)."""
-    lane_batch_size: int = 1
-    """With several lanes: sentences per batch (at most the scheduler's max_batch_size). On a
-    CPU a batch of several sentences costs about their sum, and the lanes give the overlap that
-    batching would, so one sentence a batch lets a short request start without waiting for
-    companions."""
     executor: str = "auto"
-    """How a CPU device runs its batches: "lanes" (several at once, each on its share of the
-    threads, see `_Worker`), "serial" (one at a time on every thread), or "auto" (see
-    `Engine._lanes`). GPUs, Bark, offload and torch.compile always run serially."""
-    lanes: int | None = None
-    """With executor "lanes" (or "auto" choosing lanes): batches a device runs at once. None: 2
-    on a CPU with at least 2 intra-op threads whose voices all allow it (`Voice.concurrent_runs`:
-    VITS in eager mode), else 1. More than the CPU's threads is cut to them."""
-    urgent_lanes: bool = True
-    """With several lanes: as many again for urgent work (the scheduler's "Urgent work": a
-    short request, a stream's short first sentence; `SchedulerConfig.urgent_max_cost`), while
-    the lanes take the rest at `lane_nice` lower OS priority. A short request then gets a core
-    at once instead of waiting up to a piece's time for a lane, and the cores still do the
-    same total work (see `_Worker`)."""
-    lane_nice: int = 10
-    """With urgent lanes: how much the other lanes' threads are reniced (CFS weights: at +10 a
-    nice-0 thread gets ~90% of a core it shares with one of them)."""
-    spill: bool = True
-    """With several lanes: a lane that would idle while a core is free takes the next sentence
-    of a request that already has one in flight (the scheduler's "Spill"); the audio is put
-    back in order before delivery. So a lone request's sentences run two at a time, each on
-    one thread, instead of one at a time on every thread (see `_Worker`)."""
+    """How a CPU device runs its batches: "auto" runs lanes (two batches at once, each on its
+    share of the threads, with urgent lanes and spill: see `_Worker`) on a CPU with at least 2
+    intra-op threads whose voices all allow it (`Voice.concurrent_runs`: VITS in eager mode);
+    "serial" runs one batch at a time on every thread. GPUs, step runners (Bark), offload and
+    torch.compile always run serially."""
     max_queue_wait_s: float = 20.0
     """A new request is refused (OverloadedError, HTTP 429) when the work that may go before it
     on its device would take longer than this at the device's measured speed, or when its work
@@ -108,14 +87,8 @@ class EngineConfig:
             raise ValueError("frontend_lookahead must be at least 1")
         if self.frontend_threads < 1:
             raise ValueError("frontend_threads must be at least 1")
-        if self.executor not in ("auto", "lanes", "serial"):
-            raise ValueError(f"executor must be auto, lanes or serial, not {self.executor!r}")
-        if self.lanes is not None and self.lanes < 1:
-            raise ValueError("lanes must be at least 1")
-        if self.lane_batch_size < 1:
-            raise ValueError("lane_batch_size must be at least 1")
-        if not 0 <= self.lane_nice <= 19:
-            raise ValueError("lane_nice must be in 0..19")
+        if self.executor not in ("auto", "serial"):
+            raise ValueError(f"executor must be auto or serial, not {self.executor!r}")
         if not 0.1 <= self.max_queue_wait_s <= 3600:
             raise ValueError(f"max_queue_wait_s must be in 0.1..3600 seconds, not {self.max_queue_wait_s!r}")
         return self
@@ -181,7 +154,7 @@ class _Worker:
     runs on lane 0 with every thread, so a lone request is as fast as with one lane. A request
     has at most one batch in flight (the scheduler's rule), so its audio still comes back in order.
 
-    Urgent lanes (`EngineConfig.urgent_lanes`): with lanes, the work is split in two classes
+    Urgent lanes: with lanes, the work is split in two classes
     (the scheduler's "Urgent work": requests whose client waits for little, and the others),
     each with its own set of `lanes` threads. The other work's threads are reniced below the
     urgent ones, so when a short request arrives while long pieces hold every core, the kernel
@@ -193,13 +166,24 @@ class _Worker:
     processes keep cores busy (`fitted_team` below `threads`), the reniced lanes take nothing and
     the urgent ones take all work: a reniced thread loses its core to every outside process.
 
-    Spill (`EngineConfig.spill`): a lane that finds nothing to take while a core is free takes
+    Spill: a lane that finds nothing to take while a core is free takes
     the next sentence of a request that has one in flight (the scheduler's "Spill"), and the
     request's audio waits in `_deliver` until the sentences before it are delivered. A lone
     request's sentences after its first then run two at a time on one thread each, and its
     batch claims one thread, not every one, when a sentence of its own may run beside it (a
     stream's first sentence still runs alone on every thread: first audio).
     """
+
+    LANES = 2
+    """Batches a CPU runs at once with lanes (each class): more did not pay on the CPUs measured."""
+    LANE_NICE = 10
+    """How far the non-urgent lanes' threads are reniced (CFS weights: at +10 a nice-0 thread
+    gets ~90% of a core it shares with one of them)."""
+    LANE_BATCH = 1
+    """Sentences per batch with lanes: on a CPU a batch costs about the sum of its sentences and
+    the lanes give the overlap batching would, so one a batch lets a short request start at once."""
+    SPILL = True
+    """Whether lanes spill (see above); tests turn it off to see one batch per request."""
 
     def __init__(self, engine: "Engine", device: str, lanes: int = 1, threads: int = 1,
                  voices: Sequence[str] = ()):
@@ -216,7 +200,7 @@ class _Worker:
         self.cond = threading.Condition()
         self.lanes = max(1, lanes)
         self.threads = max(1, threads)  # intra-op threads each class of lanes shares
-        self.urgent = self.lanes > 1 and engine.config.urgent_lanes
+        self.urgent = self.lanes > 1
         n = self.lanes * (2 if self.urgent else 1)  # lanes k >= self.lanes: the urgent class
         self._team = [0] * n  # threads each lane's batch holds (0: idle)
         name = f"voxserve-worker-{device}"
@@ -224,8 +208,8 @@ class _Worker:
                                               name=name if n == 1 else f"{name}-{self._lane_name(k)}")
                              for k in range(n)]
         self.running_batch = 0  # items in the batches being run
-        self._max_items = engine.config.lane_batch_size if self.lanes > 1 else None
-        self.spill = self.lanes > 1 and engine.config.spill
+        self._max_items = self.LANE_BATCH if self.lanes > 1 else None
+        self.spill = self.lanes > 1 and self.SPILL
         # step voices: their runners and the sequences in them (key -> _Sequence)
         self.steppers: dict[str, StepRunner] = {}
         for v in self.voices:
@@ -582,7 +566,7 @@ class _Worker:
     def _loop(self, lane: int) -> None:
         urgent = self._class(lane)
         if urgent is False:  # the other work yields the cores to urgent work
-            lower_thread_priority(self.engine.config.lane_nice)
+            lower_thread_priority(self.LANE_NICE)
         while True:
             with self.cond:
                 work = None
@@ -789,8 +773,7 @@ class Engine:
             return 1, threads
         if self.config.executor == "serial":
             return 1, threads
-        want = self.config.lanes if self.config.lanes is not None else 2
-        return max(1, min(want, threads)), threads
+        return max(1, min(_Worker.LANES, threads)), threads
 
     def warm_voice(self, name: str) -> None:
         """Run a voice's own warm-up (`Voice.warmup`: CPU per-shape kernels, CUDA graphs) on
@@ -817,7 +800,7 @@ class Engine:
 
     @property
     def urgent_lanes(self) -> dict[str, bool]:
-        """Whether each device has urgent lanes (`EngineConfig.urgent_lanes`)."""
+        """Whether each device has urgent lanes (it does when it has lanes)."""
         return {dev: w.urgent for dev, w in self._workers.items()}
 
     # ------------------------------------------------------------------ lifecycle

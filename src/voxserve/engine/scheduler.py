@@ -27,12 +27,11 @@ one batch. Before that order:
    rescues and the order below take turns. Under sustained overload every long request's
    sentences wait past the bound, and without the turns the order would collapse into
    oldest-first, a one-sentence request waiting behind one rescue batch per starving request;
-2. with `shortest_first` (the default), the least work between a client and what it waits
-   for: a streaming request's first sentence counts alone (time to first audio), any other
-   request counts all it has queued (once its front end is done; unknown ends go last). So a
-   first sentence goes ahead of long requests' remainders, and a short request's last sentence
-   is not starved by the stream of new requests' first sentences;
-   without `shortest_first`: streaming first sentences, then plain round-robin.
+2. the least work between a client and what it waits for: a streaming request's first
+   sentence counts alone (time to first audio), any other request counts all it has queued
+   (once its front end is done; unknown ends go last). So a first sentence goes ahead of long
+   requests' remainders, and a short request's last sentence is not starved by the stream of
+   new requests' first sentences.
 Within one round each request gives one sentence; if the batch still has room after a full
 round, later rounds follow (a lone long request fills whole batches).
 
@@ -77,7 +76,7 @@ sentences, the end of a load), and puts the audio back in order before delivery.
 
 Urgent work
 -----------
-A request is urgent while its client waits for little: at most `urgent_max_cost` of work
+A request is urgent while its client waits for little: at most `URGENT_MAX_COST` of work
 (`_left`: a short request's end, a stream's short first sentence, a long request's last
 sentence). `schedule(..., urgent=True)` (and `next_deadline`) consider urgent requests only,
 `urgent=False` the others, None (the default) all of them: the engine's CPU lanes run the two
@@ -125,6 +124,10 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+URGENT_MAX_COST = 160
+"""A request is urgent (see "Urgent work") while what its client waits for costs at most this
+(about 2 s of audio)."""
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -146,12 +149,6 @@ class SchedulerConfig:
     """Length-aware grouping: longest / shortest item cost allowed in one batch (0 = off)."""
     max_starve_ms: float = 4000.0
     """A request waiting this long for its next sentence goes before first-sentence priority."""
-    shortest_first: bool = True
-    """Least work to what the client waits for goes first (a stream's first sentence, else the
-    request's end; then round-robin); False = streaming first sentences, then round-robin."""
-    urgent_max_cost: int = 160
-    """A request is urgent (see "Urgent work") while what its client waits for costs at most
-    this: about 2 s of audio."""
 
     def validate(self) -> "SchedulerConfig":
         if self.max_batch_size < 1:
@@ -164,8 +161,6 @@ class SchedulerConfig:
             raise ValueError("max_queued_sentences must be at least 1")
         if self.max_starve_ms < 0:
             raise ValueError("max_starve_ms must be >= 0")
-        if self.urgent_max_cost < 1:
-            raise ValueError("urgent_max_cost must be at least 1")
         if self.max_length_ratio != 0 and self.max_length_ratio < 1:
             raise ValueError("max_length_ratio must be 0 (off) or >= 1")
         return self
@@ -222,6 +217,7 @@ class _Request:
 class Scheduler:
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = (config or SchedulerConfig()).validate()
+        self.urgent_max_cost = URGENT_MAX_COST
         self._requests: dict[Hashable, _Request] = {}
         self._seq = itertools.count()
         self._voice_turn: deque[Hashable] = deque()  # voices in order of arrival
@@ -352,10 +348,10 @@ class Scheduler:
 
     def _ends(self, r: _Request) -> bool:
         """The request's queued work is all it has left, within `urgent_max_cost`."""
-        return self._queued_work(r) <= self.config.urgent_max_cost
+        return self._queued_work(r) <= self.urgent_max_cost
 
     def _in_class(self, r: _Request, urgent: bool | None) -> bool:
-        return urgent is None or (self._left(r) <= self.config.urgent_max_cost) == urgent
+        return urgent is None or (self._left(r) <= self.urgent_max_cost) == urgent
 
     @staticmethod
     def _spillable(r: _Request) -> bool:
@@ -389,9 +385,7 @@ class Scheduler:
             if urgent:
                 # arrival order bounds each one's wait; requests that end with this work first
                 return (1, int(self._first(r) and not self._ends(r)), r.seq, 0)
-            if self.config.shortest_first:
-                return (1, self._left(r), r.vserved, r.seq)
-            return (1 if self._first(r) else 2, 0, r.vserved, r.seq)
+            return (1, self._left(r), r.vserved, r.seq)
 
         rs.sort(key=(lambda r: (r.running > 0, key(r))) if step else key)
         return rs

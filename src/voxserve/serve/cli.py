@@ -63,7 +63,7 @@ class ServeSettings:
     threads: int | None = None
     """CPU intra-op threads for the model (None: PyTorch's default)."""
     executor: str = _ENG.executor
-    """How a CPU runs its batches: auto, lanes or serial (EngineConfig.executor)."""
+    """How a CPU runs its batches: auto or serial (EngineConfig.executor)."""
     max_queue_wait: float = _ENG.max_queue_wait_s
     """Seconds of work queued ahead of a new request (at the measured speed) beyond which it gets 429."""
     wyoming: str | None = None
@@ -118,8 +118,8 @@ _HELP = {
     "threads": "CPU threads for the model",
     "wyoming": "also serve Home Assistant's Wyoming protocol (TTS) at this URI, e.g. tcp://127.0.0.1:10200, "
                "on the same engine (needs the wyoming extra)",
-    "executor": "how a CPU runs its batches: auto, lanes (several at once, short work at a higher OS priority) "
-                "or serial (one at a time on every thread)",
+    "executor": "how a CPU runs its batches: auto (two at once where the voices allow, short work at a "
+                "higher OS priority) or serial (one at a time on every thread)",
 }
 
 
