@@ -11,6 +11,10 @@ Arms:
 
     .venv/bin/python benchmarks/say_memory.py                  # cli arm, every size
     .venv/bin/python benchmarks/say_memory.py --arms before after --sizes 1 4 40
+    .venv/bin/python benchmarks/say_memory.py --sizes 1 40 --rounds 3   # the issue's ratio
+
+With --rounds N the sizes run interleaved N times (a process's peak varies by ~30 MB from run
+to run) and the medians and each size's ratio to the one-sentence median are printed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,18 +73,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", default=["cli"], choices=["cli", "before", "after"])
     ap.add_argument("--sizes", nargs="+", type=int, default=[1, 4, 20, 40], help="KB; 1 = one sentence")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved runs of every size and arm")
     ns = ap.parse_args()
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     print(f"# {cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     print("| arm | text | peak RSS (MB) | wall (s) |\n|---|---|---:|---:|")
+    peaks: dict[tuple[str, int], list[int]] = {}
     with tempfile.TemporaryDirectory() as d:
         for kb in ns.sizes:
-            path = os.path.join(d, f"t{kb}.txt")
-            Path(path).write_text(make_text(kb), encoding="utf-8")
-            for arm in ns.arms:
-                r = measure(arm, path, os.path.join(d, "out.wav"))
-                label = "1 sentence" if kb <= 1 else f"{kb} KB"
-                print(f"| {arm} | {label} | {r['peak_rss_mb']} | {r['wall_s']} |", flush=True)
+            Path(d, f"t{kb}.txt").write_text(make_text(kb), encoding="utf-8")
+        for _ in range(ns.rounds):
+            for kb in ns.sizes:
+                for arm in ns.arms:
+                    r = measure(arm, os.path.join(d, f"t{kb}.txt"), os.path.join(d, "out.wav"))
+                    peaks.setdefault((arm, kb), []).append(r["peak_rss_mb"])
+                    label = "1 sentence" if kb <= 1 else f"{kb} KB"
+                    print(f"| {arm} | {label} | {r['peak_rss_mb']} | {r['wall_s']} |", flush=True)
+    if ns.rounds > 1:
+        for arm in ns.arms:
+            med = {kb: statistics.median(peaks[arm, kb]) for kb in ns.sizes}
+            one = med.get(min(ns.sizes))
+            print(f"# {arm}: median peak RSS (MB) " + ", ".join(
+                f"{kb} KB {m:.0f} ({m / one:.2f}x)" for kb, m in med.items()))
     print(f"# load average {os.getloadavg()[0]:.2f} at end")
 
 
