@@ -19,6 +19,11 @@ short ones do not).
 
     .venv/bin/python benchmarks/bark_step_late_arrival.py
     .venv/bin/python benchmarks/bark_step_late_arrival.py --semantic-tokens 48 --join-after 16
+    .venv/bin/python benchmarks/bark_step_late_arrival.py --late-tokens 8   # a shorter late sentence
+
+--late-tokens gives the late sentence a smaller semantic budget than the eight's (its runner's
+semantic max_new_tokens while it is admitted): random weights never pick EOS, so this is how a
+shorter sentence is simulated; a real model stops each sentence at its EOS.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--semantic-tokens", type=int, default=32, help="semantic tokens per sentence")
     ap.add_argument("--join-after", type=int, default=8, help="step-runner steps before the late one arrives")
+    ap.add_argument("--late-tokens", type=int, default=None, help="the late sentence's semantic tokens "
+                    "(default: --semantic-tokens)")
     ap.add_argument("--fine-window", type=int, default=128, help="fine window in frames (Bark's: 1024)")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     args = ap.parse_args()
@@ -56,6 +63,18 @@ def main() -> None:
     units = [next(iter(voice.units(t, SynthesisOptions(seed=k)))) for k, t in enumerate(TEXTS)]
     late = next(iter(voice.units(LATE, SynthesisOptions(seed=99))))
     voice.runner.run([late.payload])  # warm-up (first calls allocate)
+    sc = voice.runner.semantic_config
+    late_tokens = args.late_tokens or args.semantic_tokens
+
+    def run_late(fn):  # the late sentence's semantic budget while it is admitted or run
+        sc.max_new_tokens = late_tokens
+        try:
+            return fn()
+        finally:
+            sc.max_new_tokens = args.semantic_tokens
+
+    def step():  # a joiner is admitted (its stop rule made) inside the next step
+        return list(runner.step())
 
     # step arm
     runner = BarkStepRunner(voice.runner, capacity=len(units) + 1)
@@ -70,7 +89,10 @@ def main() -> None:
         if steps == args.join_after:
             arrive = time.perf_counter() - t0
             runner.join("late", late)
-        for res in runner.step():
+            results = run_late(step)
+        else:
+            results = step()
+        for res in results:
             if res.error is not None:
                 raise res.error
             done[res.key] = time.perf_counter() - t0
@@ -85,12 +107,12 @@ def main() -> None:
     voice.runner.run([u.payload for u in units])
     shot_eight = time.perf_counter() - t0
     shot_cpu8 = time.process_time() - c0
-    voice.runner.run([late.payload])
+    run_late(lambda: voice.runner.run([late.payload]))
     shot_late = time.perf_counter() - t0 - arrive
     shot_cpu = (time.process_time() - c0, shot_cpu8)
 
     print(f"CPU: {cpu_model()}; torch threads {args.threads}; bark-small sizes, random weights; "
-          f"{args.semantic_tokens} semantic tokens a sentence; fine window {args.fine_window}; late one arrives after {args.join_after} steps "
+          f"{args.semantic_tokens} semantic tokens a sentence (the late one {late_tokens}); fine window {args.fine_window}; late one arrives after {args.join_after} steps "
           f"({arrive:.2f} s); {steps} steps in all")
     print("wall seconds from the late one's arrival to its audio, and from the start to the eight's last;")
     print("CPU seconds (this process) from the start to the late one's audio and to the eight's last")
