@@ -175,7 +175,7 @@ class _Worker:
     """
 
     LANES = 2
-    """Batches a CPU runs at once with lanes (each class): more did not pay on the CPUs measured."""
+    """Batches a CPU runs at once with lanes (each class); docs/serving.md, "Engine", says why 2."""
     LANE_NICE = 10
     """How far the non-urgent lanes' threads are reniced (CFS weights: at +10 a nice-0 thread
     gets ~90% of a core it shares with one of them)."""

@@ -272,9 +272,8 @@ def in_passing_thread(fn, *args, **kwargs):
     thread: libgomp counts a thread's OpenMP team for as long as the thread lives (the main
     thread's even after `release_openmp_threads`), and once it counts more threads than CPUs
     it throttles spinning, so the worker's helpers sleep on a futex at every parallel region
-    (docs/cosyvoice2.md, "Threads": CosyVoice 2 steps ran 1.5-1.9x slower on a worker thread
-    after the main thread had loaded the model). The torch thread count fn set is applied to
-    the calling thread too (it is per thread under OpenMP)."""
+    (docs/cosyvoice2.md, "Threads", has the slowdown). The torch thread count fn set is
+    applied to the calling thread too (it is per thread under OpenMP)."""
 
     box: dict = {}
 
