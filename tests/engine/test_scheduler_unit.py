@@ -422,7 +422,7 @@ def test_max_items_makes_a_smaller_batch_that_is_due_at_once():
 
 
 def test_urgent_class_is_a_short_wait_in_service_order():
-    """urgent=True schedules requests whose client waits for at most urgent_max_cost (a short
+    """urgent=True schedules requests whose client waits for at most URGENT_MAX_COST (a short
     request's end, a stream's first sentence, a long request's last sentence), urgent=False the
     others (and requests whose end is still unknown), None everything."""
     s = Scheduler(SchedulerConfig(max_wait_ms=1000))

@@ -9,7 +9,7 @@ Threads:
 Callers (the asyncio side, tests) talk to it through `submit` / `cancel` and a `Sink` per
 request whose methods are called from those threads. `submit` admits by time: it refuses a
 request (OverloadedError) whose wait, or the delay it would cause accepted ones, passes
-`EngineConfig.max_queue_wait_s` at the device's measured speed.
+`EngineConfig.max_queue_wait_s` at the device's observed speed.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class EngineConfig:
     torch.compile always run serially."""
     max_queue_wait_s: float = 20.0
     """A new request is refused (OverloadedError, HTTP 429) when the work that may go before it
-    on its device would take longer than this at the device's measured speed, or when its work
+    on its device would take longer than this at the device's observed speed, or when its work
     would make an accepted request finish later than this plus that request's own synthesis
     time under load (its work at one lane's speed: its deadline; the scheduler's "Admission by
     time"). A request's own work is not part of its wait, so a text that takes longer than this
@@ -306,12 +306,12 @@ class _Worker:
         return work
 
     def wait_estimate(self) -> float | None:
-        """Seconds the device needs for all the work ahead (None: no batch measured yet)."""
+        """Seconds the device needs for all the work ahead (None: no batch timed yet)."""
         return drain_seconds(self.work_ahead(), self.speed)
 
     def _seconds_per_cost(self) -> dict[str, float] | None:
-        """Each voice's seconds per unit of cost on this device (one not measured yet: the
-        slowest measured); None before any batch."""
+        """Each voice's seconds per unit of cost on this device (one not timed yet: the
+        slowest timed); None before any batch."""
         known = {v: t.seconds_per_cost for v, t in self.speed.items() if t.seconds_per_cost is not None}
         if not known:
             return None
@@ -320,7 +320,7 @@ class _Worker:
 
     def admission(self, voice: str, cost: float, now: float) -> tuple[TimeAdmission, float] | None:
         """The time test for a new request of `cost` (see EngineConfig.max_queue_wait_s), and its
-        own synthesis time under load (its work on one lane); None before any batch was measured."""
+        own synthesis time under load (its work on one lane); None before any batch was timed."""
         spc = self._seconds_per_cost()
         if spc is None:
             return None
@@ -919,7 +919,7 @@ class Engine:
             return None if adm is None else adm[0].wait_s
 
     def cost_per_s(self, voice_name: str) -> float | None:
-        """The measured speed of the voice's device (phoneme ids per busy second), if any."""
+        """The observed speed of the voice's device (phoneme ids per busy second), if any."""
         self.voice(voice_name)
         w = self._worker_of[voice_name]
         with w.cond:

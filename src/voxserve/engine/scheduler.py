@@ -108,7 +108,7 @@ Admission by time
 The engine refuses a request whose wait would pass a bound (`EngineConfig.max_queue_wait_s`),
 or whose work would push an accepted request past its own deadline. The parts that need no
 clock live here: queued cost per voice and per request (`queued_cost_of`, `pending_cost`), a
-device's measured speed (`Throughput`, fed each batch's cost and busy seconds by the caller)
+device's observed speed (`Throughput`, fed each batch's cost and busy seconds by the caller)
 and `time_admission`, the decision itself (callers pass `now` and the work in seconds).
 The order of service above gives the bound it uses: of two requests, the one with less work
 left goes first (least work first) or they alternate (round-robin), so a request b delays a
@@ -217,7 +217,6 @@ class _Request:
 class Scheduler:
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = (config or SchedulerConfig()).validate()
-        self.urgent_max_cost = URGENT_MAX_COST
         self._requests: dict[Hashable, _Request] = {}
         self._seq = itertools.count()
         self._voice_turn: deque[Hashable] = deque()  # voices in order of arrival
@@ -347,11 +346,11 @@ class Scheduler:
         return sum(it.cost for it in r.queue) if r.input_done else float("inf")
 
     def _ends(self, r: _Request) -> bool:
-        """The request's queued work is all it has left, within `urgent_max_cost`."""
-        return self._queued_work(r) <= self.urgent_max_cost
+        """The request's queued work is all it has left, within `URGENT_MAX_COST`."""
+        return self._queued_work(r) <= URGENT_MAX_COST
 
     def _in_class(self, r: _Request, urgent: bool | None) -> bool:
-        return urgent is None or (self._left(r) <= self.urgent_max_cost) == urgent
+        return urgent is None or (self._left(r) <= URGENT_MAX_COST) == urgent
 
     @staticmethod
     def _spillable(r: _Request) -> bool:
@@ -583,7 +582,7 @@ class Throughput:
 
     @property
     def seconds_per_cost(self) -> float | None:
-        """Device seconds one unit of cost takes; None before any batch was measured."""
+        """Device seconds one unit of cost takes; None before any batch was timed."""
         return self._seconds / self._cost if self._cost > 0 else None
 
     @property
@@ -592,9 +591,9 @@ class Throughput:
 
 
 def drain_seconds(work: Mapping[Hashable, float], speed: Mapping[Hashable, Throughput]) -> float | None:
-    """Seconds a device needs for `work` (cost per voice) at the voices' measured speeds. A voice
-    not measured yet is taken to be as slow as the slowest measured one (a device's voices share
-    it); None if no voice of the device has been measured (then there is no figure to go by)."""
+    """Seconds a device needs for `work` (cost per voice) at the voices' observed speeds. A voice
+    not timed yet is taken to be as slow as the slowest timed one (a device's voices share
+    it); None if no voice of the device has been timed (then there is no figure to go by)."""
     known = [t.seconds_per_cost for t in speed.values() if t.seconds_per_cost is not None]
     if not known:
         return None

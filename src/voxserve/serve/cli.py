@@ -65,7 +65,7 @@ class ServeSettings:
     executor: str = _ENG.executor
     """How a CPU runs its batches: auto or serial (EngineConfig.executor)."""
     max_queue_wait: float = _ENG.max_queue_wait_s
-    """Seconds of work queued ahead of a new request (at the measured speed) beyond which it gets 429."""
+    """Seconds of work queued ahead of a new request (at the device's observed speed) beyond which it gets 429."""
     wyoming: str | None = None
     """Also serve Home Assistant's Wyoming protocol at this URI (tcp://127.0.0.1:10200), same engine."""
 
@@ -103,7 +103,7 @@ _HELP = {
     "max_batch_phonemes": "phoneme ids per batch",
     "max_wait_ms": "longest a sentence waits for companions before its batch starts",
     "max_queue": "queued sentences beyond which new requests get 429",
-    "max_queue_wait": "seconds a new request would wait for the work queued ahead of it (at the measured "
+    "max_queue_wait": "seconds a new request would wait for the work queued ahead of it (at the observed "
                       "speed) beyond which it gets 429 (0.1..3600)",
     "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
     "max_input_chars": "longest input accepted (413 beyond)",

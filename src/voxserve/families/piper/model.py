@@ -132,8 +132,10 @@ def upsample_mask(mask: Mask, rate: int) -> Mask:
 
 def window_mask(mask: Mask, lo: int, hi: int) -> Mask:
     """A mask's positions [lo, hi) along its last axis."""
-    if mask is None or isinstance(mask, GapMask):
-        return None if mask is None else mask.window(lo, hi)
+    if mask is None:
+        return None
+    if isinstance(mask, GapMask):
+        return mask.window(lo, hi)
     return mask[..., lo:hi]
 
 
