@@ -24,6 +24,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def voxserve_command() -> list[str]:
+    exe = Path(sys.executable).with_name("voxserve")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "voxserve.cli"]
+
+
+def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`voxserve serve` that is expected to exit (bad input): its exit status and output."""
+    return subprocess.run(voxserve_command() + ["serve", "--device", "cpu", "--port", "1", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
 class ServerProcess:
     """Starts `voxserve serve --device cpu ARGS` and waits for /ready (warm-up included).
     VOXSERVE_TEST_LOG=1 lets the server's output through to the test's."""
@@ -32,8 +43,7 @@ class ServerProcess:
                  ready_timeout: float = 180):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        exe = Path(sys.executable).with_name("voxserve")
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "voxserve.cli"]
+        cmd = voxserve_command()
         self.log = open(os.devnull, "wb") if not os.environ.get("VOXSERVE_TEST_LOG") else None
         self.proc = subprocess.Popen(cmd + ["serve", "--port", str(self.port), "--device", "cpu"] + args,
                                      env={**os.environ, **(env or {})}, cwd=ROOT,

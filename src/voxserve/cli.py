@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     ns = build_parser().parse_args(argv)
+    # a command line of its own (not main() called in a process that does other things): the
+    # servers may restart it with another allocator (runtime/allocator.py)
+    ns.own_process = argv is None
     logging.basicConfig(level=logging.WARNING - 10 * ns.verbose, format="%(levelname)s %(name)s: %(message)s")
     try:
         return ns.func(ns)

@@ -4,19 +4,9 @@ other bad flag (the real command, as a subprocess)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from server_process import ROOT
-
-
-def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("voxserve")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "voxserve.cli"]
-    return subprocess.run(cmd + ["serve", "--device", "cpu", "--port", "1", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+from server_process import serve
 
 
 @pytest.mark.parametrize("args,says", [

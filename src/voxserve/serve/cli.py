@@ -272,6 +272,7 @@ def cmd_wyoming(ns: argparse.Namespace) -> int:
     wy = _wyoming_module()
     settings = settings_from(ns)
     config = wyoming_config(settings, ns.uri or settings.wyoming or wy.DEFAULT_URI, options_from(ns).validate())
+    _allocator(ns)
     try:
         engine = build_engine(settings, load_options_from(ns))
     except (VoiceLoadError, FileNotFoundError) as e:
@@ -336,6 +337,16 @@ def build_engine(settings: ServeSettings, family_options: dict | None = None):
     return Engine(load_voices(settings, family_options), settings.engine_config())
 
 
+def _allocator(ns: argparse.Namespace) -> None:
+    """Validate VOXSERVE_ALLOCATOR, and restart with jemalloc when that applies (once the
+    flags are known to be good, so a bad one fails at once)."""
+    from ..runtime import allocator
+
+    allocator.choice(os.environ)
+    if getattr(ns, "own_process", False):
+        allocator.restart_with_jemalloc()
+
+
 def cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
@@ -347,6 +358,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     if getattr(ns, "replicas", None) is not None:
         raise ValueError("--replicas needs --ray")
     settings = settings_from(ns)
+    _allocator(ns)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
     app_config = settings.app_config()

@@ -1,0 +1,83 @@
+"""The servers' memory allocator.
+
+A server's heap takes tensors of ever-changing sizes from several worker threads. glibc's
+malloc, kept from giving freed blocks back (cpu.tune_malloc: re-faulting them would slow every
+batch), fragments under that traffic: each thread's arena keeps its largest free holes and the
+server's RSS creeps up for minutes. jemalloc's size classes reuse memory across sizes, and with
+purging off it never re-faults pages, so a server stays flatter and lower at the same speed
+(docs/benchmarks.md, "A lean server"); PyTorch's CPU inference guides preload it for the same
+reason. A preloaded allocator must be in the process from its start, so `voxserve serve`
+restarts itself once (the same pid, `exec`) with jemalloc preloaded when the system has it
+(Debian and Ubuntu: the package libjemalloc2). VOXSERVE_ALLOCATOR=system keeps glibc's malloc.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+ENV = "VOXSERVE_ALLOCATOR"
+CHOICES = ("auto", "system")
+JEMALLOC = "libjemalloc.so.2"
+# purging returns pages that the next batch faults in again; a server's working set comes back
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+_TRIED = "VOXSERVE_ALLOCATOR_RESTARTED"  # set across the exec: never restart twice
+
+
+def choice(env: Mapping[str, str]) -> str:
+    value = env.get(ENV, "auto").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ValueError(f"{ENV}={env[ENV]!r}: expected one of {', '.join(CHOICES)}")
+    return value
+
+
+def jemalloc_loaded(maps: str | None = None) -> bool:
+    """Whether jemalloc is mapped into this process (maps: /proc/self/maps's text)."""
+    if maps is None:
+        try:
+            with open("/proc/self/maps") as f:
+                maps = f.read()
+        except OSError:
+            return False
+    return "libjemalloc" in maps
+
+
+def find_jemalloc() -> str | None:
+    """jemalloc's library as the dynamic loader finds it, or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return JEMALLOC if ctypes.util.find_library("jemalloc") else None
+
+
+def restart_env(env: Mapping[str, str], loaded: bool, library: str | None) -> dict[str, str] | None:
+    """The environment to restart the process with so that jemalloc is preloaded, or None to
+    go on as it is (chosen off, already loaded, already tried, or not installed)."""
+    if choice(env) == "system" or loaded or env.get(_TRIED) or library is None:
+        return None
+    new = dict(env)
+    new[_TRIED] = "1"
+    new["LD_PRELOAD"] = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
+    new.setdefault("MALLOC_CONF", JEMALLOC_CONF)  # a user's own tuning wins
+    return new
+
+
+def restart_with_jemalloc() -> None:
+    """Restart this process (the command line it was started with) with jemalloc preloaded,
+    when `restart_env` says so; returns only when it does not restart."""
+    env = restart_env(os.environ, jemalloc_loaded(), find_jemalloc())
+    if env is None:
+        if os.environ.get(_TRIED) and not jemalloc_loaded():
+            log.warning("jemalloc could not be preloaded; serving with the system's malloc")
+        return
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, argv, env)
+    except OSError as e:  # the process goes on as it is
+        log.warning("could not restart with jemalloc (%s); serving with the system's malloc", e)
