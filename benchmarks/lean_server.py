@@ -15,6 +15,7 @@ Measures, and prints as a table with the CPU model and the load average:
     $PY benchmarks/lean_server.py                       # start-up and RSS, 3 starts each
     $PY benchmarks/lean_server.py --soak 8 --busy 3 --idle
     $PY benchmarks/lean_server.py --vox-flags "--executor serial"  # an executor choice
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 $PY benchmarks/lean_server.py --starts 0 --soak 8 --only voxserve
 
 voxserve runs as `PY -m voxserve serve --device cpu VOX_FLAGS` with this checkout's src first on
 PYTHONPATH.
@@ -266,6 +267,7 @@ def main() -> None:
     p.add_argument("--idle", action="store_true", help="with --busy: the same rounds on an idle machine too")
     p.add_argument("--vox-flags", default="", help="extra flags for voxserve serve")
     p.add_argument("--port", type=int, default=18841)
+    p.add_argument("--only", choices=("piper", "voxserve"), help="soak only this server (an A/B of one side)")
     p.add_argument("--json", help="write every figure here")
     args = p.parse_args()
 
@@ -278,7 +280,8 @@ def main() -> None:
         servers = [Server("piper", args.port).wait_ready(), Server("voxserve", args.port + 1, args.vox_flags).wait_ready()]
         try:
             if args.soak:
-                res["soak"] = {s.kind: soak(s, args.soak, args.clients) for s in servers}
+                res["soak"] = {s.kind: soak(s, args.soak, args.clients) for s in servers
+                               if args.only in (None, s.kind)}
             if args.busy:
                 lib = library_arms()
                 if args.idle:
