@@ -3,7 +3,7 @@ sampler (VmRSS and jemalloc's allocated / resident / retained bytes every 10 s) 
 primitive creations logged (ONEDNN_VERBOSE=profile_create), under lean_server.py's soak.
 
     PY=.venv/bin/python
-    $PY benchmarks/soak_probe.py --minutes 8 --out /tmp/probe     # then read /tmp/probe/*
+    $PY benchmarks/soak_probe.py --minutes 8 --out OUT     # then read OUT/*
 
 Prints the RSS series, the jemalloc series and the primitives created per 30 s window after
 the first minute, by layer. Linux with libjemalloc2 only.
