@@ -7,6 +7,7 @@ fail: CI must run them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -199,6 +200,22 @@ class Browser:
 
     def console_errors(self, allow=lambda text, url: False) -> list:
         return [m for m in self.console if m[0] in ("error", "warning") and not allow(m[1], m[2])] + self.errors
+
+    @contextlib.contextmanager
+    def state_on_timeout(self):
+        """A wait that times out says what the page showed (status, note, clock, words, the
+        audio clock's state) and what it logged, not only which selector it waited for."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            yield
+        except PlaywrightTimeout as e:
+            state = self.page.evaluate("""() => ({status: document.getElementById('status').textContent,
+                note: document.getElementById('note').textContent,
+                clock: document.getElementById('clock').textContent,
+                words: document.querySelectorAll('#words span').length,
+                hidden: document.hidden})""")
+            raise AssertionError(f"{e.message.splitlines()[0]}; page: {state}; console: {self.console_errors()}") from e
 
     def close(self):
         try:
@@ -395,11 +412,12 @@ def test_word_being_spoken_is_highlighted(joe_server, browser):
       }).observe(document.getElementById('words'), {subtree: true, attributes: true, attributeFilter: ['class']}); }""")
     page.fill("#text", TEXT)
     page.click("#speak")
-    page.wait_for_selector("#words span.current", timeout=60_000)
-    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Done')", timeout=120_000)
-    total = page.eval_on_selector("#audio", "a => a.duration")
-    page.wait_for_function(f"() => parseFloat(document.getElementById('clock').textContent) >= {total - 0.05:.2f}",
-                           timeout=60_000)
+    with browser.state_on_timeout():
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Done')",
+                               timeout=120_000)
+        total = page.eval_on_selector("#audio", "a => a.duration")
+        page.wait_for_function(f"() => parseFloat(document.getElementById('clock').textContent) >= {total - 0.05:.2f}",
+                               timeout=60_000)
     words = page.eval_on_selector_all("#words span", "s => s.map(x => x.textContent)")
     lit = page.evaluate("() => window.__lit")
     assert page.text_content("#note") == ""  # no fallback
