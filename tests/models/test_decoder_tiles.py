@@ -54,11 +54,11 @@ def _inputs(n: int, mask):
     return z, g
 
 
+@pytest.mark.parametrize("n", [100, 157])
 @pytest.mark.parametrize("resblock", ["1", "2"])
 @pytest.mark.parametrize("mask_kind", ["none", "dense", "gaps"])
-def test_tiles_equal_the_whole_sequence(resblock, mask_kind):
+def test_tiles_equal_the_whole_sequence(resblock, mask_kind, n):
     gen = _generator(resblock)
-    n = 100
     mask = _masks(n)[mask_kind]
     z, g = _inputs(n, mask)
     with torch.inference_mode():
@@ -70,6 +70,27 @@ def test_tiles_equal_the_whole_sequence(resblock, mask_kind):
                 assert tiled.shape == whole.shape
                 assert (tiled - whole).abs().max().item() <= 1e-5, (first, frames)
     gen.tiles = None
+
+
+def test_tile_widths_come_from_a_few_whatever_the_length():
+    """Each tile width is a kernel shape that oneDNN keeps (per thread team): over every length,
+    the tiles of long sequences take one of a few widths, and end tiles step by a quarter tile."""
+    gen = _generator("2")
+    first, frames = 1, 8
+    gen.tiles = (first, frames)
+    r = gen.upsample_rates[0]
+    step, halo, quantum = frames * r, gen.tail_reach(first), frames // 4 * r
+    widths: dict[int, set[int]] = {}
+    tail = gen.tail
+    gen.tail = lambda x, mask, f: widths.setdefault(n, set()).add(x.shape[-1]) or tail(x, mask, f)
+    with torch.inference_mode():
+        for n in range(1, 120):
+            gen(torch.randn(1, 12, n), None, torch.randn(1, 6, n))
+    long = set().union(*(w for n, w in widths.items() if n * r >= 2 * step + 2 * halo))
+    ends = set(range(quantum, step + 2 * halo + quantum, quantum))  # up to the middle tile's, rounded up
+    assert long <= {step + halo, step + 2 * halo} | ends, long
+    assert len(long) <= 2 + len(ends), long
+    assert all(len(w) == 1 for n, w in widths.items() if n * r <= step + halo)  # one call: not tiled
 
 
 @pytest.mark.parametrize("resblock", ["1", "2"])

@@ -13,6 +13,7 @@ import torch
 from audio_compare import BATCH_ATOL
 
 import voxserve
+from voxserve.families.piper.buckets import DECODE_ALIGN
 from voxserve.families.piper.runner import VitsRunner, synth_context_frames
 
 SEEDED = voxserve.SynthesisOptions(seed=11)  # noise on: the split must not change it
@@ -96,6 +97,22 @@ def test_cut_pieces_decode_only_the_decoder_context(tiny_split, monkeypatch):
     assert heads and runner.decode_context < runner.context
     assert len(decoded) == 2 and sum(decoded) == frames + 2 * runner.decode_context
     assert sum(flowed) == frames + 2 * runner.context
+
+
+def test_decoder_only_calls_take_few_widths(tiny_split, monkeypatch):
+    """Cut pieces are decoded at widths rounded to DECODE_ALIGN frames (masked tails, exact:
+    see test_head_plus_rest_equals_whole), whatever lengths the batches happen to pack."""
+    v = tiny_split
+    runner = v.runner
+    assert runner.buckets  # CPU default
+    decoded = []
+    decode = runner.stages.decode
+    monkeypatch.setattr(runner.stages, "decode", lambda z, g, m: decoded.append(z.shape[-1]) or decode(z, g, m))
+    rng = np.random.default_rng(5)
+    for n in (70, 95, 130, 171, 240):
+        _run_early(v, [v._item(_ids(rng, n), SEEDED.validate(), 0)], early=[0])
+    assert len(decoded) >= 5 and len(set(decoded)) < len(decoded)
+    assert all(w % DECODE_ALIGN == 0 for w in decoded), decoded
 
 
 def test_context_covers_flow_and_decoder(tiny_split):

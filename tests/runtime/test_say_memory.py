@@ -11,6 +11,7 @@ import pytest
 from audio_compare import BATCH_ATOL
 
 import voxserve
+from voxserve.families.piper.buckets import DECODE_ALIGN
 from voxserve.families.piper.options import RuntimeOptions
 
 LONG = ("This is a long sentence, written to check that the decoder gives the same audio when it "
@@ -53,11 +54,16 @@ def test_windowed_decode_multispeaker(tiny_voice_path):
     voice = voxserve.load_voice(str(tiny_voice_path), device="cpu")
     ids = [1, 0] + [int(x) for x in np.random.default_rng(2).integers(3, 40, 120)] + [2]
     old = _with_config(voice.runner, cpu_decode_frames=None)
+    decoded = []
+    decode = voice.runner.stages.decode
+    voice.runner.stages.decode = lambda z, g, m: decoded.append(z.shape[-1]) or decode(z, g, m)
     try:
         whole = voice.synthesize_ids([ids], voxserve.SynthesisOptions(speaker=1, seed=5))[0]
         _with_config(voice.runner, cpu_decode_frames=64)
         windowed = voice.synthesize_ids([ids], voxserve.SynthesisOptions(speaker=1, seed=5))[0]
     finally:
         voice.runner.config = old
+        del voice.runner.stages.decode
     assert len(whole) > 2 * 64 * voice.runner.dims.hop_length
+    assert len(decoded) >= 3 and all(w % DECODE_ALIGN == 0 for w in decoded), decoded  # few kernel shapes
     assert np.abs(windowed - whole).max() <= BATCH_ATOL

@@ -27,3 +27,13 @@ def geometric_bucket(n: int, ratio: float = 1.0625, align: int = 8, start: int =
         if v >= n:
             return v
         k += 1
+
+
+# Decoder-only calls (windows of a long sentence, cut pieces) take widths set by how batches
+# happen to pack, not by sentence lengths: rounded to a multiple of this many frames, they take
+# few widths, so their kernels are all created early instead of one new shape now and then.
+DECODE_ALIGN = 32
+
+
+def decode_bucket(n: int) -> int:
+    return max(DECODE_ALIGN, -(-n // DECODE_ALIGN) * DECODE_ALIGN)

@@ -726,10 +726,15 @@ class Generator(nn.Module):
         if n <= step + halo:
             return self.tail(x, mask, first)
         up = math.prod(self.upsample_rates[first:])
+        quantum = max(1, frames // 4) * r  # end tiles' widths step by this (samples of x)
         outs = []
         for a in range(0, n, step):  # each tile computed with `halo` samples of context
             b = min(n, a + step)
             lo, hi = max(0, a - halo), min(n, b + halo)
+            if hi == n and lo > 0:
+                # a tile at the end reaches further left (real context: the same values) to a
+                # width from a few, so that few kernel shapes exist (each costs memory, per team)
+                lo = max(0, n - -(-(n - lo) // quantum) * quantum)
             y = self.tail(x[..., lo:hi], window_mask(mask, lo, hi), first)
             outs.append(y[..., (a - lo) * up : (b - lo) * up])
         return torch.cat(outs, dim=-1)

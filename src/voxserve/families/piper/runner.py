@@ -41,7 +41,7 @@ from torch.nn import functional as F
 
 from ...runtime.cpu import contended_groups, cpu_team, run_groups
 from ...runtime.offload import ResidentWeights, WeightOffloader
-from .buckets import geometric_bucket
+from .buckets import decode_bucket, geometric_bucket
 from .cuda_graphs import GraphedStages
 from .model import GapMask, VitsDims, VitsModel
 from .options import RuntimeOptions
@@ -583,14 +583,17 @@ class VitsRunner(ResidentWeights):
         def bucket(L: int) -> int:  # a masked tail makes shapes repeat (oneDNN kernels reused)
             return geometric_bucket(L) if self.buckets else L
 
-        def bucketed(t: torch.Tensor, L: int) -> torch.Tensor:  # [.., L] -> [.., bucket(L)]
-            return F.pad(t, (0, bucket(L) - L)) if bucket(L) > L else t
+        def dbucket(L: int) -> int:  # decoder-only calls
+            return decode_bucket(L) if self.buckets else L
 
-        def gap_mask(run_starts: list[int], run_lens: list[int], L: int) -> GapMask:
+        def bucketed(t: torch.Tensor, L: int, to=bucket) -> torch.Tensor:  # [.., L] -> [.., to(L)]
+            return F.pad(t, (0, to(L) - L)) if to(L) > L else t
+
+        def gap_mask(run_starts: list[int], run_lens: list[int], L: int, to=bucket) -> GapMask:
             """Eager decoder mask: only the gap frames between pieces and the bucket tail."""
             gaps = [np.arange(s0 + n0, s1) for s0, n0, s1 in zip(run_starts, run_lens, run_starts[1:])]
             idx = np.concatenate([np.zeros(0, np.int64), *gaps]).astype(np.int64)
-            return GapMask(self._to_device(torch.from_numpy(idx)), bucket(L), tail_from=L)
+            return GapMask(self._to_device(torch.from_numpy(idx)), to(L), tail_from=L)
 
         def synth_span(a: int, b: int, run: list[int]) -> tuple[torch.Tensor, dict[int, int]]:
             """Flow + decoder over packed frames [a, b) holding the pieces of `run` -> audio
@@ -610,9 +613,9 @@ class VitsRunner(ResidentWeights):
                         w1 = min(L, w0 + cap)
                         d0, d1 = max(0, w0 - dctx_), min(L, w1 + dctx_)
                         n = d1 - d0
-                        zd = bucketed(z[:, :, d0:d1], n)
-                        gd = None if g_pk is None else bucketed(g_pk[None, :, a + d0 : a + d1], n)
-                        dmask = gap_mask([0], [n], n) if zd.shape[-1] > n else None
+                        zd = bucketed(z[:, :, d0:d1], n, dbucket)
+                        gd = None if g_pk is None else bucketed(g_pk[None, :, a + d0 : a + d1], n, dbucket)
+                        dmask = gap_mask([0], [n], n, dbucket) if zd.shape[-1] > n else None
                         outs.append(self.stages.decode(zd, gd, dmask)[(w0 - d0) * hop : (w1 - d0) * hop])
                     audio = torch.cat(outs)
                 return audio, {p: starts[p] - a - pieces[p][1] for p in run}
@@ -640,9 +643,9 @@ class VitsRunner(ResidentWeights):
                     d_starts.append(pos)
                     d_lens.append(d1 - d0)
                     pos += d1 - d0
-                zd = bucketed(torch.cat(zs, dim=2), pos)
-                gd = None if g_pk is None else bucketed(torch.cat(gs, dim=2), pos)
-                dmask = gap_mask(d_starts, d_lens, pos) if len(run) > 1 or zd.shape[-1] > pos else None
+                zd = bucketed(torch.cat(zs, dim=2), pos, dbucket)
+                gd = None if g_pk is None else bucketed(torch.cat(gs, dim=2), pos, dbucket)
+                dmask = gap_mask(d_starts, d_lens, pos, dbucket) if len(run) > 1 or zd.shape[-1] > pos else None
                 audio = self.stages.decode(zd, gd, dmask)[: pos * hop]
             return audio, base
 
