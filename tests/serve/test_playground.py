@@ -415,8 +415,10 @@ def test_word_being_spoken_is_highlighted(joe_server, browser):
     with browser.state_on_timeout():
         page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Done')",
                                timeout=120_000)
-        total = page.eval_on_selector("#audio", "a => a.duration")
-        page.wait_for_function(f"() => parseFloat(document.getElementById('clock').textContent) >= {total - 0.05:.2f}",
+        # the clock reads "t / total s" from the streamed audio; the <audio> element may not
+        # have loaded its metadata yet when Done shows, so its duration is not used
+        page.wait_for_function("""() => { const m = document.getElementById('clock').textContent
+            .match(/^([0-9.]+) \\/ ([0-9.]+) s$/); return m && parseFloat(m[1]) >= parseFloat(m[2]) - 0.05; }""",
                                timeout=60_000)
     words = page.eval_on_selector_all("#words span", "s => s.map(x => x.textContent)")
     lit = page.evaluate("() => window.__lit")
