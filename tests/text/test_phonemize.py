@@ -49,6 +49,10 @@ def test_sentences_are_pipers(bridge, clusters):
         assert phonemize_sentences(text, "en-us", clusters) == piper.phonemize("en-us", text, vowel_clusters=clusters), text
 
 
+def test_a_nul_does_not_end_the_text():
+    assert phonemize_sentences("hello\0world") == phonemize_sentences("hello world")
+
+
 def test_vowel_clusters_merge_longest_first():
     assert merge_vowel_clusters(list("xaɪoʊy"), CLUSTERS) == ["x", "aɪ", "oʊ", "y"]
     assert merge_vowel_clusters(list("aɪə"), CLUSTERS | {("a", "ɪ", "ə")}) == ["aɪə"]

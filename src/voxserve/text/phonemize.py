@@ -50,7 +50,8 @@ class _Espeak:
     def clauses(self, voice: str, text: str) -> list[tuple[str, str, bool]]:
         """(phonemes, punctuation, ends a sentence) per clause of text, as espeak-ng splits it."""
         self._bridge.set_voice(voice)  # every call, as Piper does: another caller may have changed it
-        buf = ctypes.create_string_buffer(text.encode("utf-8"))
+        # a C string: a NUL would end the text there, so it reads as the space it sounds like
+        buf = ctypes.create_string_buffer(text.replace("\0", " ").encode("utf-8"))
         pos = ctypes.c_void_p(ctypes.addressof(buf))  # espeak-ng moves it on; NULL after the last clause
         term = ctypes.c_int(0)
         out = []
