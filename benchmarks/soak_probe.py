@@ -1,7 +1,8 @@
 """Where a soak's RSS growth comes from: `voxserve serve` on jemalloc with an in-process
 sampler (VmRSS, jemalloc's allocated / resident / retained bytes, each arena's resident bytes
-and Python's allocated blocks every 10 s) and oneDNN's primitive creations logged
-(ONEDNN_VERBOSE=profile_create), under lean_server.py's soak.
+and Python's allocated blocks every 10 s; /proc/self/smaps and pymalloc's statistics every
+minute) and oneDNN's primitive creations logged (ONEDNN_VERBOSE=profile_create), under
+lean_server.py's soak.
 
     PY=.venv/bin/python
     $PY benchmarks/soak_probe.py --minutes 8 --out OUT     # then read OUT/*
@@ -44,14 +45,15 @@ def serve(out: str, port: int, trace: bool, garbage: bool) -> int:
             e = ctypes.c_uint64(1)  # refresh jemalloc's statistics
             lib.mallctl(b"epoch", None, None, ctypes.byref(e), ctypes.c_size_t(8))
             rss = next(int(x.split()[1]) // 1024 for x in open("/proc/self/status") if x.startswith("VmRSS:"))
-            n = ctypes.c_uint(0)
-            lib.mallctl(b"arenas.narenas", ctypes.byref(n), ctypes.byref(ctypes.c_size_t(4)), None, ctypes.c_size_t(0))
-            arenas = [stat(f"stats.arenas.{i}.resident") // MB for i in range(n.value)]
+            narenas = ctypes.c_uint(0)
+            lib.mallctl(b"arenas.narenas", ctypes.byref(narenas), ctypes.byref(ctypes.c_size_t(4)), None, ctypes.c_size_t(0))
+            arenas = [stat(f"stats.arenas.{i}.resident") // MB for i in range(narenas.value)]
             f.write(f"{time.time() - t0:.0f} rss={rss} " + " ".join(
                 f"{k}={stat('stats.' + k) // MB}" for k in ("allocated", "resident", "retained"))
                 + f" pyblocks={sys.getallocatedblocks()}" + " arenas=" + ",".join(map(str, arenas)) + "\n")
             t = time.time() - t0
-            if t >= 60 and int(t) // 10 % 6 == 0:  # every minute: which mappings hold the RSS
+            each_minute = int(t) // 10 % 6 == 0  # (samples are 10 s apart)
+            if t >= 60 and each_minute:  # which mappings hold the RSS
                 with open("/proc/self/smaps") as src, open(Path(out).with_name(f"smaps-{int(t) // 60}.txt"), "w") as g:
                     g.write(src.read())
                 sys.stderr.flush()
@@ -69,7 +71,7 @@ def serve(out: str, port: int, trace: bool, garbage: bool) -> int:
                             f"{sys.getallocatedblocks()}\n" + "".join(f"{c:7d} {k}\n" for k, c in kinds.most_common(40)))
             if trace and 60 <= t < 70:
                 tracemalloc.start(12)  # from the end of the first minute: what is allocated and kept
-            elif trace and t >= 120 and int(t) // 10 % 6 == 0:
+            elif trace and t >= 120 and each_minute:
                 snap = tracemalloc.take_snapshot().filter_traces(
                     [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)])
                 with open(Path(out).with_name("tracemalloc.txt"), "a") as g:  # (no source lines: linecache allocates)
@@ -94,7 +96,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=18842)
     p.add_argument("--trace", action="store_true",
                    help="tracemalloc from the end of the first minute: the Python allocations still held "
-                        "(OUT/tracemalloc.txt, rewritten every minute; slows the server)")
+                        "(OUT/tracemalloc.txt, appended every minute; slows the server)")
     p.add_argument("--garbage", action="store_true",
                    help="at 3 min, a full garbage collection: what it frees, by type (OUT/garbage.txt)")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -113,10 +115,10 @@ def main() -> None:
     env.setdefault("MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")  # as runtime/allocator.py
     s = L.Server.__new__(L.Server)
     s.kind, s.port, s.ready_path, s.t0 = "voxserve", args.port, "/ready", time.perf_counter()
-    with open(out / "onednn.log", "w") as log:
+    with open(out / "onednn.log", "w") as log, open(out / "stderr.txt", "w") as err:
         s.proc = subprocess.Popen([sys.executable, __file__, "--serve", "--out", str(out), "--port", str(args.port)]
                                   + ["--trace"] * args.trace + ["--garbage"] * args.garbage,
-                                  env=env, stdout=log, stderr=open(out / "stderr.txt", "w"))
+                                  env=env, stdout=log, stderr=err)
         try:
             s.wait_ready()
             print(f"ready in {s.ready_s:.1f} s, RSS {s.ready_rss:.0f} MB; CPU {L.cpu_model()}", flush=True)
