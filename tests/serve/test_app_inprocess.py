@@ -320,3 +320,39 @@ def test_guard_counts_aborted_uploads_as_499_and_times_out_slow_bodies():
     assert counts.labels("/v1/synthesize", "499")._value.get() == 1
     assert counts.labels("/v1/synthesize", "408")._value.get() == 1
     assert counts.labels("/v1/synthesize", "500")._value.get() == 0
+
+
+def test_a_whole_answer_finished_after_its_client_left_counts_as_499_not_200():
+    # The client sends its request and leaves; the answer is ready before the first poll. The
+    # server must not count an answer that goes nowhere (uvicorn drops it silently) as a 200.
+    import asyncio
+
+    voice = FakeVoice(sample_rate=16000)
+    eng = Engine([voice], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    app = create_app(eng, AppConfig(warmup=False))
+    body = json.dumps({"text": "Hello there.", "response_format": "pcm"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "POST", "path": "/v1/synthesize", "raw_path": b"/v1/synthesize", "query_string": b"",
+             "root_path": "", "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+    async def run():
+        messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+        sent = []
+
+        async def receive():  # then the client is gone: every later receive says so at once
+            return next(messages, {"type": "http.disconnect"})
+
+        async def send(m):
+            sent.append(m)
+
+        async with app.router.lifespan_context(app):
+            await asyncio.wait_for(app(dict(scope), receive, send), 10)
+        return sent
+
+    sent = asyncio.run(run())
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] in ([], [499])
+    assert not any(m.get("body") for m in sent)  # nothing encoded for no one
+    counts = app.state.metrics.requests
+    assert counts.labels("/v1/synthesize", "499")._value.get() == 1
+    assert counts.labels("/v1/synthesize", "200")._value.get() == 0

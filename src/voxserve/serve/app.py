@@ -726,17 +726,20 @@ async def _until(stream: SpeechStream, deadline: float) -> AsyncIterator:
 
 async def _collect_or_cancel(stream: SpeechStream, request: Request, poll_s: float = 0.2):
     """All chunks of a stream, or None if the client disconnected first (the request is then
-    cancelled: its queued sentences are dropped)."""
+    cancelled: its queued sentences are dropped). Checked again once the chunks are all there:
+    the server drops an answer to a client that has left without a word, so it would count as
+    a success."""
     task = asyncio.ensure_future(stream.collect())
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=poll_s)
-            if done:
-                return task.result()
             if await request.is_disconnected():
                 stream.cancel()
-                task.cancel()
+                if done and not task.cancelled():
+                    task.exception()  # retrieved: the answer goes nowhere either way
                 return None
+            if done:
+                return task.result()
     finally:
         if not task.done():
             task.cancel()
