@@ -4,6 +4,7 @@ jemalloc preloaded, and that it really does."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from server_process import ServerProcess, serve
@@ -79,3 +80,93 @@ def test_the_server_runs_on_jemalloc_unless_told_not_to(choice):
 def test_the_allocator_variable_is_checked_before_serving(tmp_path):
     p = serve(env={**os.environ, "VOXSERVE_ALLOCATOR": "tcmalloc"})
     assert p.returncode == 2 and "VOXSERVE_ALLOCATOR" in p.stderr, p.stderr
+
+
+# ----------------------------------------------------------------------------- IdleRelease
+def _wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+def test_idle_release_runs_once_per_idle_spell_and_never_while_busy():
+    calls = []
+    r = allocator.IdleRelease(0.1, release=lambda: calls.append(time.monotonic()))
+    try:
+        time.sleep(0.3)
+        assert calls == []  # never marked idle: nothing happens
+        r.busy(False)
+        idle_at = time.monotonic()
+        assert _wait_for(lambda: len(calls) == 1)
+        assert calls[0] - idle_at >= 0.1
+        r.busy(False)  # marking idle again is not a new spell
+        time.sleep(0.3)
+        assert len(calls) == 1  # once per spell, not every after_s
+        r.busy(True)
+        time.sleep(0.3)
+        assert len(calls) == 1  # busy: nothing
+        r.busy(False)
+        time.sleep(0.05)
+        r.busy(True)  # a short lull is not idle
+        time.sleep(0.3)
+        assert len(calls) == 1
+        r.busy(False)
+        assert _wait_for(lambda: len(calls) == 2)
+        assert r.releases == 2
+    finally:
+        r.stop()
+    assert not r._thread.is_alive()
+
+
+def test_idle_release_survives_a_failing_release_and_refuses_a_bad_delay():
+    def boom():
+        raise OSError("no")
+
+    r = allocator.IdleRelease(0.05, release=boom)
+    try:
+        r.busy(False)
+        time.sleep(0.3)
+        assert r._thread.is_alive() and r.releases == 0
+    finally:
+        r.stop()
+    with pytest.raises(ValueError, match="after_s"):
+        allocator.IdleRelease(0)
+
+
+_TOUCH = """
+import ctypes, sys
+from voxserve.runtime import allocator, cpu
+if sys.argv[1] == "glibc":
+    cpu.tune_malloc()  # the server's glibc settings: freed memory is kept
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) // 1024
+blocks = [libc.malloc(4 << 20) for _ in range(50)]  # 200 MB of tensor-sized blocks, touched
+for b in blocks:
+    ctypes.memset(b, 1, 4 << 20)
+for b in blocks:
+    libc.free(b)
+kept = rss()
+ok = allocator.release_free_memory()
+print(kept, rss(), ok)
+"""
+
+
+@pytest.mark.parametrize("kind", ["jemalloc", "glibc"])
+def test_release_free_memory_gives_freed_pages_back(kind):
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if kind == "jemalloc":
+        if allocator.find_jemalloc() is None:
+            pytest.skip("libjemalloc2 is not installed (.ci/run installs it)")
+        env.update(LD_PRELOAD=JEMALLOC, MALLOC_CONF=JEMALLOC_CONF)
+    p = subprocess.run([sys.executable, "-c", _TOUCH, kind], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    kept, after, ok = p.stdout.split()
+    assert ok == "True"
+    assert int(kept) - int(after) > 150, p.stdout  # MB: the 200 MB freed went back

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import AudioTooLongError, EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
+from ..runtime.allocator import IdleRelease
 from ..runtime.cpu import (
     fitted_team,
     intra_op_threads,
@@ -53,6 +54,11 @@ log = logging.getLogger(__name__)
 # Phoneme ids per character of text before a voice's front end has finished a request: about
 # 2 for English prose, 3 for numbers and symbols, so a request's cost is counted high, not low.
 COST_PER_CHAR_PRIOR = 3.0
+
+# A started engine gives its allocator's free pages back after this long without a request
+# (runtime/allocator.py, IdleRelease): the first batch after that faults them in again, so a
+# lull between bursts keeps them, and a server left alone shrinks back toward its size at start.
+IDLE_RELEASE_S = 60.0
 
 _NOTHING = object()  # `_Worker._takes`: a reniced lane sits out while other processes load the CPU
 _CONTENDED_RECHECK_S = 1.0
@@ -758,6 +764,7 @@ class Engine:
         self._accepting = False
         self._stopping_now = False
         self._started = False
+        self._idle_release: IdleRelease | None = None
         self.sentences_run = 0  # sentences synthesised (only ever grows)
         self.batches_run = 0
         self.sentences_dropped = 0  # queued sentences dropped by cancellation
@@ -814,8 +821,14 @@ class Engine:
             for w in self._workers.values():
                 for t in w.lane_threads:
                     t.start()
+            self._idle_release = IdleRelease(IDLE_RELEASE_S)
+            self._mark_activity()
         self._accepting = True
         return self
+
+    def _mark_activity(self) -> None:
+        if self._idle_release is not None:
+            self._idle_release.busy(bool(self._requests))
 
     def stop_accepting(self) -> None:
         self._accepting = False
@@ -847,6 +860,8 @@ class Engine:
                 if t.is_alive():
                     t.join(timeout=max(1.0, timeout))
         self._frontend.shutdown(wait=False, cancel_futures=True)
+        if self._idle_release is not None:
+            self._idle_release.stop()
         return finished
 
     def __enter__(self) -> "Engine":
@@ -902,6 +917,7 @@ class Engine:
                               deadline=float("inf") if adm is None else now + bound + adm[1],
                               budget=AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)))
             self._requests[rid] = r
+            self._mark_activity()
         self._start_frontend(r)
         return rid
 
@@ -936,6 +952,7 @@ class Engine:
                 return
             r.finished = True
             self._requests.pop(request_id, None)
+            self._mark_activity()
             self.sentences_dropped += r.worker.scheduler.cancel(request_id)
             r.worker.cond.notify_all()
 
@@ -1033,6 +1050,7 @@ class Engine:
         if not r.finished and r.total is not None and r.delivered >= r.total:
             r.finished = True
             self._requests.pop(r.id, None)
+            self._mark_activity()
             r.worker.scheduler.finish_request(r.id)
             r.sink.on_done(r.total)
 
@@ -1041,6 +1059,7 @@ class Engine:
             return
         r.finished = True
         self._requests.pop(r.id, None)
+        self._mark_activity()
         self.sentences_dropped += r.worker.scheduler.cancel(r.id)
         r.sink.on_error(error)
 

@@ -9,6 +9,9 @@ purging off it never re-faults pages, so a server stays flatter and lower at the
 reason. A preloaded allocator must be in the process from its start, so `voxserve serve`
 restarts itself once (the same pid, `exec`) with jemalloc preloaded when the system has it
 (Debian and Ubuntu: the package libjemalloc2). VOXSERVE_ALLOCATOR=system keeps glibc's malloc.
+
+Kept pages are for the next batch; once the server has been idle for a while there may be no
+next batch for hours, so `IdleRelease` gives them back then (an engine starts one).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import ctypes.util
 import logging
 import os
 import sys
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +86,77 @@ def restart_with_jemalloc() -> None:
         os.execve(sys.executable, argv, env)
     except OSError as e:  # the process goes on as it is
         log.warning("could not restart with jemalloc (%s); serving with the system's malloc", e)
+
+
+_MALLCTL_ARENAS_ALL = 4096  # jemalloc's index for "every arena" in arena.<i>.* names
+
+
+def release_free_memory() -> bool:
+    """Give the allocator's free pages back to the OS (jemalloc: purge every arena; glibc:
+    malloc_trim). Live memory is untouched; the next use of a released page faults it in
+    again. True if an allocator did it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        if jemalloc_loaded():
+            lib = ctypes.CDLL(JEMALLOC)
+            name = f"arena.{_MALLCTL_ARENAS_ALL}.purge".encode()
+            return lib.mallctl(name, None, None, None, ctypes.c_size_t(0)) == 0
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+        return True
+    except (OSError, AttributeError):  # another libc, or an allocator without these calls
+        return False
+
+
+class IdleRelease:
+    """Calls `release` once when the process has been idle (`busy(False)`) for `after_s`
+    seconds, on a daemon thread of its own; going busy again re-arms it. `busy` is cheap:
+    callers mark every change of their in-flight count."""
+
+    def __init__(self, after_s: float, release: Callable[[], object] = release_free_memory,
+                 clock: Callable[[], float] = time.monotonic):
+        if not after_s > 0:
+            raise ValueError(f"after_s must be positive, not {after_s!r}")
+        self.after_s, self._release, self._clock = after_s, release, clock
+        self._cv = threading.Condition()
+        self._busy = True  # the owner marks its first state; nothing is released before that
+        self._idle_since: float | None = None  # None: busy, or this idle spell was released
+        self._stopped = False
+        self.releases = 0
+        self._thread = threading.Thread(target=self._run, name="voxserve-idle-release", daemon=True)
+        self._thread.start()
+
+    def busy(self, busy: bool) -> None:
+        with self._cv:
+            if busy:
+                self._busy, self._idle_since = True, None
+            elif self._busy:  # a repeated busy(False) does not start a second spell
+                self._busy, self._idle_since = False, self._clock()
+                self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self._stopped:
+                        return
+                    if self._idle_since is None:
+                        self._cv.wait()
+                        continue
+                    left = self._idle_since + self.after_s - self._clock()
+                    if left <= 0:
+                        break
+                    self._cv.wait(left)
+                self._idle_since = None  # once per idle spell
+            try:  # outside the lock: `busy` never waits for a purge
+                self._release()
+                self.releases += 1
+            except Exception:  # memory kept is not worth a dead thread
+                log.exception("releasing free memory failed")
