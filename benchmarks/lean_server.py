@@ -6,6 +6,9 @@ Measures, and prints as a table with the CPU model and the load average:
     /info; it loads its model before it listens), and its RSS (VmRSS, children included) then;
   * --soak MIN: N clients (--clients, default 4) sending short and medium corpus texts for MIN
     minutes; RSS every 10 s (the series, and its growth after the first minute);
+  * --rest ROUNDS (after a soak): the server left alone, RSS every 5 s, and the time of a short
+    request after 20 s of quiet (its free memory kept) against one after 75 s (released: the
+    engine's IDLE_RELEASE_S is 60), interleaved rounds;
   * --busy ROUNDS: the speed with two busy-loop processes (`while True: pass`) beside it,
     interleaved rounds of the long corpus texts: the library (voxserve `Voice.synthesize` against
     `PiperVoice.synthesize`, in one process) and the servers (one request at a time); with
@@ -14,6 +17,7 @@ Measures, and prints as a table with the CPU model and the load average:
     PY=/path/python
     $PY benchmarks/lean_server.py                       # start-up and RSS, 3 starts each
     $PY benchmarks/lean_server.py --soak 8 --busy 3 --idle
+    $PY benchmarks/lean_server.py --starts 0 --soak 3 --rest 3 --only voxserve
     $PY benchmarks/lean_server.py --vox-flags "--executor serial"  # an executor choice
     ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 $PY benchmarks/lean_server.py --starts 0 --soak 8 --only voxserve
 
@@ -218,6 +222,25 @@ def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, floa
     return series
 
 
+def rest(server: Server, rounds: int) -> dict:
+    """Interleaved rounds of (quiet 20 s, a short request) and (quiet 75 s, a short request):
+    RSS every 5 s while quiet, and each request's seconds."""
+    short = texts("short")[0]
+    out: dict = {"series": [], "kept_s": [], "released_s": []}
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for quiet, key in ((20, "kept_s"), (75, "released_s")):
+            end = time.perf_counter() + quiet
+            while time.perf_counter() < end:
+                out["series"].append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+                time.sleep(min(5, max(0.0, end - time.perf_counter())))
+            t = time.perf_counter()
+            server.speak(short)
+            out[key].append(time.perf_counter() - t)
+            out["series"].append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+    return out
+
+
 def library_arms():
     sys.path.insert(0, str(ROOT / "src"))
     from piper import PiperVoice
@@ -264,6 +287,8 @@ def main() -> None:
     p.add_argument("--soak", type=float, default=0, metavar="MIN", help="soak minutes per server (0: none)")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--busy", type=int, default=0, metavar="ROUNDS", help="busy-machine speed rounds (0: none)")
+    p.add_argument("--rest", type=int, default=0, metavar="ROUNDS",
+                   help="after the soak: quiet rounds (RSS at rest, a request after 20 s and after 75 s)")
     p.add_argument("--idle", action="store_true", help="with --busy: the same rounds on an idle machine too")
     p.add_argument("--vox-flags", default="", help="extra flags for voxserve serve")
     p.add_argument("--port", type=int, default=18841)
@@ -282,6 +307,8 @@ def main() -> None:
             if args.soak:
                 res["soak"] = {s.kind: soak(s, args.soak, args.clients) for s in servers
                                if args.only in (None, s.kind)}
+            if args.rest:
+                res["rest"] = {s.kind: rest(s, args.rest) for s in servers if args.only in (None, s.kind)}
             if args.busy:
                 lib = library_arms()
                 if args.idle:
@@ -313,6 +340,11 @@ def main() -> None:
             print(f"  {kind}: max {max(m for _, m in series):.0f}, at 1 min {after[0] if after else 0:.0f}, "
                   f"end {series[-1][1]:.0f}, growth after 1 min {growth:+.0f}")
             print("    " + " ".join(f"{m:.0f}" for _, m in series))
+    for kind, r in res.get("rest", {}).items():
+        print(f"\nAt rest after the soak, {kind}: RSS (MB) every 5 s, and a short request's seconds")
+        print("    " + " ".join(f"{m:.0f}" for _, m in r["series"]))
+        print(f"  after 20 s quiet: {' '.join(f'{x:.3f}' for x in r['kept_s'])} (median {statistics.median(r['kept_s']):.3f}); "
+              f"after 75 s: {' '.join(f'{x:.3f}' for x in r['released_s'])} (median {statistics.median(r['released_s']):.3f})")
     for cond in ("idle", "busy"):
         if cond not in res:
             continue
