@@ -24,6 +24,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from .cpu import libc
+
 log = logging.getLogger(__name__)
 
 ENV = "VOXSERVE_ALLOCATOR"
@@ -102,8 +104,7 @@ def release_free_memory() -> bool:
             lib = ctypes.CDLL(JEMALLOC)
             name = f"arena.{_MALLCTL_ARENAS_ALL}.purge".encode()
             return lib.mallctl(name, None, None, None, ctypes.c_size_t(0)) == 0
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
+        libc().malloc_trim(0)
         return True
     except (OSError, AttributeError):  # another libc, or an allocator without these calls
         return False

@@ -57,6 +57,11 @@ _M_MMAP_MAX = -4
 _done = False
 
 
+def libc() -> ctypes.CDLL:
+    """The C library, for its allocator's calls (OSError where it cannot be loaded)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
 def tune_malloc() -> bool:
     """Apply once per process; True if the allocator was tuned."""
     global _done
@@ -65,8 +70,7 @@ def tune_malloc() -> bool:
     if os.environ.get("VOXSERVE_MALLOPT", "1") == "0" or not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = libc().mallopt
     except (OSError, AttributeError):  # musl or another libc without mallopt
         return False
     ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
