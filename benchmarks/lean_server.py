@@ -5,10 +5,13 @@ Measures, and prints as a table with the CPU model and the load average:
   * start -> ready: seconds from the process's start to its first answer on /ready (Piper:
     /info; it loads its model before it listens), and its RSS (VmRSS, children included) then;
   * --soak MIN: N clients (--clients, default 4) sending short and medium corpus texts for MIN
-    minutes; RSS every 10 s (the series, and its growth after the first minute);
+    minutes; RSS sampled every second: each minute's largest and smallest, the largest of each
+    10 s, how far a later minute's largest rises above the first minute's, and the requests'
+    p50/p95/p99 seconds;
   * --rest ROUNDS (after a soak): the server left alone, RSS every 5 s, and the time of a short
     request after 20 s of quiet (its free memory kept) against one after 75 s (released: the
-    engine's IDLE_RELEASE_S is 60), interleaved rounds;
+    engine's RELEASE_PERIOD_S is 60), interleaved rounds;
+  * --trickle MIN (after a soak): a short request every 20 s for MIN minutes, RSS every 5 s;
   * --busy ROUNDS: the speed with two busy-loop processes (`while True: pass`) beside it,
     interleaved rounds of the long corpus texts: the library (voxserve `Voice.synthesize` against
     `PiperVoice.synthesize`, in one process) and the servers (one request at a time); with
@@ -186,10 +189,13 @@ def startup(args) -> list[dict]:
     return rows
 
 
-def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, float]]:
+def soak(server: Server, minutes: float, clients: int) -> dict:
+    """N clients for MIN minutes: RSS sampled every second (the series keeps each 10 s window's
+    largest sample: a peak between two samples is not missed), and each request's seconds."""
     pool = texts("short", "medium")
+    short = set(texts("short"))
     stop = threading.Event()
-    done = [0]
+    lat: dict[str, list[float]] = {"short": [], "medium": []}
     errors = [0]
     kinds: dict[str, int] = {}
 
@@ -197,9 +203,10 @@ def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, floa
         conn = [None]
         i = k
         while not stop.is_set():
+            text = pool[i % len(pool)]
             try:
-                server.speak(pool[i % len(pool)], conn)
-                done[0] += 1
+                s = server.speak(text, conn)
+                lat["short" if text in short else "medium"].append(s)
             except Exception as e:
                 errors[0] += 1
                 kinds[str(e)[:60]] = kinds.get(str(e)[:60], 0) + 1
@@ -210,16 +217,26 @@ def soak(server: Server, minutes: float, clients: int) -> list[tuple[float, floa
     t0 = time.perf_counter()
     for t in ts:
         t.start()
-    series = []
+    samples = []  # (s since start, MB), every second
     while (el := time.perf_counter() - t0) < minutes * 60:
-        series.append((el, rss_mb(server.proc.pid)))
-        time.sleep(10)
-    series.append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+        samples.append((el, rss_mb(server.proc.pid)))
+        time.sleep(1)
+    samples.append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
     stop.set()
     for t in ts:
         t.join(600)
-    print(f"  soak {server.kind}: {done[0]} requests, {errors[0]} errors {kinds or ''}", flush=True)
-    return series
+    done = len(lat["short"]) + len(lat["medium"])
+    print(f"  soak {server.kind}: {done} requests, {errors[0]} errors {kinds or ''}", flush=True)
+    windows: dict[int, float] = {}
+    for t, m in samples:
+        windows[int(t // 10)] = max(windows.get(int(t // 10), 0.0), m)
+    return {"series": [(w * 10.0, m) for w, m in sorted(windows.items())], "samples": samples,
+            "latency": lat, "errors": errors[0]}
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] if xs else float("nan")
 
 
 def rest(server: Server, rounds: int) -> dict:
@@ -238,6 +255,22 @@ def rest(server: Server, rounds: int) -> dict:
             server.speak(short)
             out[key].append(time.perf_counter() - t)
             out["series"].append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+    return out
+
+
+def trickle(server: Server, minutes: float, every_s: float = 20.0) -> dict:
+    """A short request every `every_s` seconds for MIN minutes (a server past its busy hour, never
+    idle for a minute): RSS every 5 s and each request's seconds."""
+    short = texts("short")[0]
+    out: dict = {"series": [], "request_s": []}
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < minutes * 60:
+        t = time.perf_counter()
+        server.speak(short)
+        out["request_s"].append(time.perf_counter() - t)
+        while time.perf_counter() - t < every_s:
+            out["series"].append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+            time.sleep(min(5, max(0.0, every_s - (time.perf_counter() - t))))
     return out
 
 
@@ -289,6 +322,8 @@ def main() -> None:
     p.add_argument("--busy", type=int, default=0, metavar="ROUNDS", help="busy-machine speed rounds (0: none)")
     p.add_argument("--rest", type=int, default=0, metavar="ROUNDS",
                    help="after the soak: quiet rounds (RSS at rest, a request after 20 s and after 75 s)")
+    p.add_argument("--trickle", type=float, default=0, metavar="MIN",
+                   help="after the soak (and --rest): a short request every 20 s for MIN minutes")
     p.add_argument("--idle", action="store_true", help="with --busy: the same rounds on an idle machine too")
     p.add_argument("--vox-flags", default="", help="extra flags for voxserve serve")
     p.add_argument("--port", type=int, default=18841)
@@ -309,6 +344,8 @@ def main() -> None:
                                if args.only in (None, s.kind)}
             if args.rest:
                 res["rest"] = {s.kind: rest(s, args.rest) for s in servers if args.only in (None, s.kind)}
+            if args.trickle:
+                res["trickle"] = {s.kind: trickle(s, args.trickle) for s in servers if args.only in (None, s.kind)}
             if args.busy:
                 lib = library_arms()
                 if args.idle:
@@ -333,18 +370,32 @@ def main() -> None:
         pp = statistics.median(r["rss_mb"] for r in res["startup"] if r["kind"] == "piper")
         print(f"\nRSS at ready, voxserve / piper: {v / pp:.2f}x")
     if "soak" in res:
-        print(f"\nSoak, {args.clients} clients, {args.soak} min: RSS (MB) every 10 s")
-        for kind, series in res["soak"].items():
-            after = [m for t, m in series if t >= 60]
-            growth = (after[-1] - after[0]) if len(after) > 1 else 0.0
-            print(f"  {kind}: max {max(m for _, m in series):.0f}, at 1 min {after[0] if after else 0:.0f}, "
-                  f"end {series[-1][1]:.0f}, growth after 1 min {growth:+.0f}")
+        print(f"\nSoak, {args.clients} clients, {args.soak} min: RSS (MB), the largest of each 10 s")
+        for kind, r in res["soak"].items():
+            series = r["series"]
+            minute = {}
+            for t, m in r["samples"]:
+                lo, hi = minute.get(int(t // 60), (m, m))
+                minute[int(t // 60)] = (min(lo, m), max(hi, m))
+            full = [hi for k, (_, hi) in sorted(minute.items()) if (k + 1) * 60 <= args.soak * 60 + 1]
+            growth = (max(full[1:]) - full[0]) if len(full) > 1 else 0.0
+            print(f"  {kind}: max {max(m for _, m in series):.0f}; each minute's largest "
+                  f"{' '.join(f'{x:.0f}' for x in full)}; after minute 1, the largest over minute 1's {growth:+.0f}")
+            print(f"    each minute's smallest {' '.join(f'{lo:.0f}' for k, (lo, _) in sorted(minute.items()))}")
             print("    " + " ".join(f"{m:.0f}" for _, m in series))
+            for cat, xs in r["latency"].items():
+                if xs:
+                    print(f"    {cat}: {len(xs)} requests, p50 {pct(xs, 50):.3f} s, p95 {pct(xs, 95):.3f} s, "
+                          f"p99 {pct(xs, 99):.3f} s")
     for kind, r in res.get("rest", {}).items():
         print(f"\nAt rest after the soak, {kind}: RSS (MB) every 5 s, and a short request's seconds")
         print("    " + " ".join(f"{m:.0f}" for _, m in r["series"]))
         print(f"  after 20 s quiet: {' '.join(f'{x:.3f}' for x in r['kept_s'])} (median {statistics.median(r['kept_s']):.3f}); "
               f"after 75 s: {' '.join(f'{x:.3f}' for x in r['released_s'])} (median {statistics.median(r['released_s']):.3f})")
+    for kind, r in res.get("trickle", {}).items():
+        print(f"\nA short request every 20 s after the soak, {kind}: RSS (MB) every 5 s, and the requests' seconds")
+        print("    " + " ".join(f"{m:.0f}" for _, m in r["series"]))
+        print("    " + " ".join(f"{x:.3f}" for x in r["request_s"]))
     for cond in ("idle", "busy"):
         if cond not in res:
             continue
