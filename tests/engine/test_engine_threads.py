@@ -545,28 +545,33 @@ def test_on_a_busy_machine_the_reniced_lanes_sit_out_and_the_urgent_lanes_take_a
     assert any("urgent" not in n for n in ran_on)
 
 
-def test_a_started_engine_releases_free_memory_once_idle_and_not_while_serving(monkeypatch):
+def test_a_started_engine_releases_free_memory_each_period_it_serves_and_not_while_idle(monkeypatch):
     from voxserve.engine import engine as engine_mod
-    from voxserve.runtime.allocator import IdleRelease
+    from voxserve.runtime.allocator import MemoryRelease
 
     calls = []
-    monkeypatch.setattr(engine_mod, "IdleRelease", lambda after_s: IdleRelease(0.2, release=lambda: calls.append(1)))
+    monkeypatch.setattr(engine_mod, "MemoryRelease", lambda period_s: MemoryRelease(0.3, release=lambda: calls.append(1)))
     v = FakeVoice(delay_s=0.05)
     with Engine([v], cfg()) as eng:
         ae = AsyncEngine(eng)
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # 1 s of back-to-back requests: never idle for 0.2 s
-            asyncio.run(_gather(ae, "fake", texts(2)))
-        assert calls == []
-        t0 = time.monotonic()
-        while not calls and time.monotonic() - t0 < 5:
-            time.sleep(0.02)
-        assert calls == [1]  # idle: released once
         time.sleep(0.5)
-        assert calls == [1]
-        asyncio.run(_gather(ae, "fake", texts(1)))  # busy again re-arms it
+        assert calls == []  # started, never used: nothing released
+        deadline = time.monotonic() + 1.2
+        while time.monotonic() < deadline:  # 1.2 s of back-to-back requests: 4 periods
+            asyncio.run(_gather(ae, "fake", texts(2)))
+        assert 3 <= len(calls) <= 5, calls
         t0 = time.monotonic()
-        while len(calls) < 2 and time.monotonic() - t0 < 5:
+        n = len(calls)
+        while len(calls) == n and time.monotonic() - t0 < 5:
             time.sleep(0.02)
-        assert calls == [1, 1]
-    assert not eng._idle_release._thread.is_alive()  # shutdown stops it
+        assert len(calls) <= n + 1
+        time.sleep(0.8)
+        m = len(calls)
+        time.sleep(0.8)
+        assert len(calls) == m  # idle: nothing more
+        asyncio.run(_gather(ae, "fake", texts(1)))  # used again: one more release
+        t0 = time.monotonic()
+        while len(calls) == m and time.monotonic() - t0 < 5:
+            time.sleep(0.02)
+        assert len(calls) == m + 1
+    assert not eng._memory_release._thread.is_alive()  # shutdown stops it

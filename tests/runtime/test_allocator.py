@@ -82,7 +82,7 @@ def test_the_allocator_variable_is_checked_before_serving(tmp_path):
     assert p.returncode == 2 and "VOXSERVE_ALLOCATOR" in p.stderr, p.stderr
 
 
-# ----------------------------------------------------------------------------- IdleRelease
+# ----------------------------------------------------------------------------- MemoryRelease
 def _wait_for(cond, timeout=5.0):
     deadline = time.monotonic() + timeout
     while not cond() and time.monotonic() < deadline:
@@ -90,48 +90,69 @@ def _wait_for(cond, timeout=5.0):
     return cond()
 
 
-def test_idle_release_runs_once_per_idle_spell_and_never_while_busy():
+def test_memory_release_never_runs_before_the_first_use_nor_while_idle():
     calls = []
-    r = allocator.IdleRelease(0.1, release=lambda: calls.append(time.monotonic()))
+    r = allocator.MemoryRelease(0.1, release=lambda: calls.append(1))
     try:
-        time.sleep(0.3)
-        assert calls == []  # never marked idle: nothing happens
         r.busy(False)
-        idle_at = time.monotonic()
-        assert _wait_for(lambda: len(calls) == 1)
-        assert calls[0] - idle_at >= 0.1
-        r.busy(False)  # marking idle again is not a new spell
-        time.sleep(0.3)
-        assert len(calls) == 1  # once per spell, not every after_s
+        time.sleep(0.4)
+        assert calls == []  # never used: nothing to give back
         r.busy(True)
-        time.sleep(0.3)
-        assert len(calls) == 1  # busy: nothing
         r.busy(False)
-        time.sleep(0.05)
-        r.busy(True)  # a short lull is not idle
-        time.sleep(0.3)
-        assert len(calls) == 1
-        r.busy(False)
-        assert _wait_for(lambda: len(calls) == 2)
-        assert r.releases == 2
+        assert _wait_for(lambda: len(calls) == 1)
+        time.sleep(0.4)
+        assert calls == [1]  # idle since that release: once, not every period
     finally:
         r.stop()
     assert not r._thread.is_alive()
 
 
-def test_idle_release_survives_a_failing_release_and_refuses_a_bad_delay():
+def test_memory_release_runs_once_a_period_under_traffic_and_once_after_it():
+    calls = []
+    r = allocator.MemoryRelease(0.2, release=lambda: calls.append(time.monotonic()))
+    try:
+        t0 = time.monotonic()
+        r.busy(True)
+        while time.monotonic() - t0 < 1.0:  # traffic that never goes idle for long
+            r.busy(False)
+            time.sleep(0.01)
+            r.busy(True)
+            time.sleep(0.01)
+        assert 3 <= len(calls) <= 5, calls  # one per 0.2 s period, not one per lull
+        assert all(b - a >= 0.19 for a, b in zip([t0, *calls], calls)), calls
+        r.busy(False)
+        n = len(calls)
+        assert _wait_for(lambda: len(calls) == n + 1)  # the period the traffic ended in
+        time.sleep(0.5)
+        assert len(calls) == n + 1
+        r.busy(True)  # used again: another release a period later
+        assert _wait_for(lambda: len(calls) == n + 2)
+        assert r.releases == n + 2
+    finally:
+        r.stop()
+
+
+def test_memory_release_survives_a_failing_release_and_refuses_a_bad_period():
     def boom():
         raise OSError("no")
 
-    r = allocator.IdleRelease(0.05, release=boom)
+    r = allocator.MemoryRelease(0.05, release=boom)
     try:
-        r.busy(False)
+        r.busy(True)
         time.sleep(0.3)
         assert r._thread.is_alive() and r.releases == 0
     finally:
         r.stop()
-    with pytest.raises(ValueError, match="after_s"):
-        allocator.IdleRelease(0)
+    with pytest.raises(ValueError, match="period_s"):
+        allocator.MemoryRelease(0)
+
+
+def test_stopping_a_memory_release_does_not_wait_for_its_period():
+    r = allocator.MemoryRelease(60, release=lambda: None)
+    r.busy(True)
+    t = time.monotonic()
+    r.stop()
+    assert time.monotonic() - t < 1 and not r._thread.is_alive()
 
 
 _TOUCH = """

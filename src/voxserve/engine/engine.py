@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import AudioTooLongError, EngineClosedError, OverloadedError, UnknownVoiceError
 from ..options import SynthesisOptions
-from ..runtime.allocator import IdleRelease
+from ..runtime.allocator import MemoryRelease
 from ..runtime.cpu import (
     fitted_team,
     intra_op_threads,
@@ -55,10 +55,10 @@ log = logging.getLogger(__name__)
 # 2 for English prose, 3 for numbers and symbols, so a request's cost is counted high, not low.
 COST_PER_CHAR_PRIOR = 3.0
 
-# A started engine gives its allocator's free pages back after this long without a request
-# (runtime/allocator.py, IdleRelease): the first batch after that faults them in again, so a
-# lull between bursts keeps them, and a server left alone shrinks back toward its size at start.
-IDLE_RELEASE_S = 60.0
+# A started engine gives its allocator's free pages back at the end of every period of this
+# length in which it served (runtime/allocator.py, MemoryRelease): the first batch after each
+# release faults its pages in again, so that cost comes once a minute, not once a batch.
+RELEASE_PERIOD_S = 60.0
 
 _NOTHING = object()  # `_Worker._takes`: a reniced lane sits out while other processes load the CPU
 _CONTENDED_RECHECK_S = 1.0
@@ -764,7 +764,7 @@ class Engine:
         self._accepting = False
         self._stopping_now = False
         self._started = False
-        self._idle_release: IdleRelease | None = None
+        self._memory_release: MemoryRelease | None = None
         self.sentences_run = 0  # sentences synthesised (only ever grows)
         self.batches_run = 0
         self.sentences_dropped = 0  # queued sentences dropped by cancellation
@@ -821,14 +821,14 @@ class Engine:
             for w in self._workers.values():
                 for t in w.lane_threads:
                     t.start()
-            self._idle_release = IdleRelease(IDLE_RELEASE_S)
+            self._memory_release = MemoryRelease(RELEASE_PERIOD_S)
             self._mark_activity()
         self._accepting = True
         return self
 
     def _mark_activity(self) -> None:
-        if self._idle_release is not None:
-            self._idle_release.busy(bool(self._requests))
+        if self._memory_release is not None:
+            self._memory_release.busy(bool(self._requests))
 
     def stop_accepting(self) -> None:
         self._accepting = False
@@ -860,8 +860,8 @@ class Engine:
                 if t.is_alive():
                     t.join(timeout=max(1.0, timeout))
         self._frontend.shutdown(wait=False, cancel_futures=True)
-        if self._idle_release is not None:
-            self._idle_release.stop()
+        if self._memory_release is not None:
+            self._memory_release.stop()
         return finished
 
     def __enter__(self) -> "Engine":

@@ -10,8 +10,10 @@ reason. A preloaded allocator must be in the process from its start, so `voxserv
 restarts itself once (the same pid, `exec`) with jemalloc preloaded when the system has it
 (Debian and Ubuntu: the package libjemalloc2). VOXSERVE_ALLOCATOR=system keeps glibc's malloc.
 
-Kept pages are for the next batch; once the server has been idle for a while there may be no
-next batch for hours, so `IdleRelease` gives them back then (an engine starts one).
+Kept pages are for the next batch, but kept for ever they record the largest batch of the
+process's life, which under traffic arrives now and then for hours: `MemoryRelease` gives them
+back once a minute while serving and once after it (an engine starts one), so a server's RSS
+follows its recent load, and a server left alone shrinks.
 """
 
 from __future__ import annotations
@@ -110,30 +112,31 @@ def release_free_memory() -> bool:
         return False
 
 
-class IdleRelease:
-    """Calls `release` once when the process has been idle (`busy(False)`) for `after_s`
-    seconds, on a daemon thread of its own; going busy again re-arms it. `busy` is cheap:
-    callers mark every change of their in-flight count."""
+class MemoryRelease:
+    """Calls `release` at the end of every `period_s` in which the owner was busy, on a daemon
+    thread of its own: under steady traffic once a period, and once more after the traffic
+    stops; while idle, never. The allocator's kept pages then hold the last period's largest
+    working set, not the largest of the process's whole life. `busy` is cheap: callers mark
+    every change of their in-flight count."""
 
-    def __init__(self, after_s: float, release: Callable[[], object] = release_free_memory,
+    def __init__(self, period_s: float, release: Callable[[], object] = release_free_memory,
                  clock: Callable[[], float] = time.monotonic):
-        if not after_s > 0:
-            raise ValueError(f"after_s must be positive, not {after_s!r}")
-        self.after_s, self._release, self._clock = after_s, release, clock
+        if not period_s > 0:
+            raise ValueError(f"period_s must be positive, not {period_s!r}")
+        self.period_s, self._release, self._clock = period_s, release, clock
         self._cv = threading.Condition()
-        self._busy = True  # the owner marks its first state; nothing is released before that
-        self._idle_since: float | None = None  # None: busy, or this idle spell was released
+        self._busy = False
+        self._used = False  # busy at some time since the last release
         self._stopped = False
         self.releases = 0
-        self._thread = threading.Thread(target=self._run, name="voxserve-idle-release", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="voxserve-memory-release", daemon=True)
         self._thread.start()
 
     def busy(self, busy: bool) -> None:
         with self._cv:
-            if busy:
-                self._busy, self._idle_since = True, None
-            elif self._busy:  # a repeated busy(False) does not start a second spell
-                self._busy, self._idle_since = False, self._clock()
+            self._busy = busy
+            if busy and not self._used:
+                self._used = True
                 self._cv.notify()
 
     def stop(self) -> None:
@@ -145,17 +148,14 @@ class IdleRelease:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while True:
-                    if self._stopped:
-                        return
-                    if self._idle_since is None:
-                        self._cv.wait()
-                        continue
-                    left = self._idle_since + self.after_s - self._clock()
-                    if left <= 0:
-                        break
+                while not self._used and not self._stopped:
+                    self._cv.wait()
+                end = self._clock() + self.period_s  # the period starts with its first use
+                while not self._stopped and (left := end - self._clock()) > 0:
                     self._cv.wait(left)
-                self._idle_since = None  # once per idle spell
+                if self._stopped:
+                    return
+                self._used = self._busy  # still busy: the next period starts in use
             try:  # outside the lock: `busy` never waits for a purge
                 self._release()
                 self.releases += 1
