@@ -217,21 +217,32 @@ def soak(server: Server, minutes: float, clients: int) -> dict:
     t0 = time.perf_counter()
     for t in ts:
         t.start()
-    samples = []  # (s since start, MB), every second
-    while (el := time.perf_counter() - t0) < minutes * 60:
-        samples.append((el, rss_mb(server.proc.pid)))
-        time.sleep(1)
+    samples: list[tuple[float, float]] = []  # (s since start, MB), every second
+    sample_rss(server, t0 + minutes * 60, t0, samples, every_s=1.0)
     samples.append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
     stop.set()
     for t in ts:
         t.join(600)
     done = len(lat["short"]) + len(lat["medium"])
     print(f"  soak {server.kind}: {done} requests, {errors[0]} errors {kinds or ''}", flush=True)
-    windows: dict[int, float] = {}
+    return {"series": [(k * 10.0, hi) for k, (_, hi) in extremes(samples, 10).items()],
+            "minutes": extremes(samples, 60), "samples": samples, "latency": lat, "errors": errors[0]}
+
+
+def extremes(samples: list[tuple[float, float]], width_s: float) -> dict[int, tuple[float, float]]:
+    """(smallest, largest) of the samples in each window of width_s seconds, by window index."""
+    out: dict[int, tuple[float, float]] = {}
     for t, m in samples:
-        windows[int(t // 10)] = max(windows.get(int(t // 10), 0.0), m)
-    return {"series": [(w * 10.0, m) for w, m in sorted(windows.items())], "samples": samples,
-            "latency": lat, "errors": errors[0]}
+        lo, hi = out.get(int(t // width_s), (m, m))
+        out[int(t // width_s)] = (min(lo, m), max(hi, m))
+    return dict(sorted(out.items()))
+
+
+def sample_rss(server: Server, end: float, t0: float, series: list, every_s: float = 5.0) -> None:
+    """Append (s since t0, RSS MB) to series every every_s seconds until perf_counter() >= end."""
+    while time.perf_counter() < end:
+        series.append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
+        time.sleep(min(every_s, max(0.0, end - time.perf_counter())))
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -247,10 +258,7 @@ def rest(server: Server, rounds: int) -> dict:
     t0 = time.perf_counter()
     for _ in range(rounds):
         for quiet, key in ((20, "kept_s"), (75, "released_s")):
-            end = time.perf_counter() + quiet
-            while time.perf_counter() < end:
-                out["series"].append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
-                time.sleep(min(5, max(0.0, end - time.perf_counter())))
+            sample_rss(server, time.perf_counter() + quiet, t0, out["series"])
             t = time.perf_counter()
             server.speak(short)
             out[key].append(time.perf_counter() - t)
@@ -268,9 +276,7 @@ def trickle(server: Server, minutes: float, every_s: float = 20.0) -> dict:
         t = time.perf_counter()
         server.speak(short)
         out["request_s"].append(time.perf_counter() - t)
-        while time.perf_counter() - t < every_s:
-            out["series"].append((time.perf_counter() - t0, rss_mb(server.proc.pid)))
-            time.sleep(min(5, max(0.0, every_s - (time.perf_counter() - t))))
+        sample_rss(server, t + every_s, t0, out["series"])
     return out
 
 
@@ -372,16 +378,12 @@ def main() -> None:
     if "soak" in res:
         print(f"\nSoak, {args.clients} clients, {args.soak} min: RSS (MB), the largest of each 10 s")
         for kind, r in res["soak"].items():
-            series = r["series"]
-            minute = {}
-            for t, m in r["samples"]:
-                lo, hi = minute.get(int(t // 60), (m, m))
-                minute[int(t // 60)] = (min(lo, m), max(hi, m))
-            full = [hi for k, (_, hi) in sorted(minute.items()) if (k + 1) * 60 <= args.soak * 60 + 1]
+            series, minute = r["series"], r["minutes"]
+            full = [hi for k, (_, hi) in minute.items() if (k + 1) * 60 <= args.soak * 60 + 1]
             growth = (max(full[1:]) - full[0]) if len(full) > 1 else 0.0
             print(f"  {kind}: max {max(m for _, m in series):.0f}; each minute's largest "
                   f"{' '.join(f'{x:.0f}' for x in full)}; after minute 1, the largest over minute 1's {growth:+.0f}")
-            print(f"    each minute's smallest {' '.join(f'{lo:.0f}' for k, (lo, _) in sorted(minute.items()))}")
+            print(f"    each minute's smallest {' '.join(f'{lo:.0f}' for lo, _ in minute.values())}")
             print("    " + " ".join(f"{m:.0f}" for _, m in series))
             for cat, xs in r["latency"].items():
                 if xs:

@@ -119,11 +119,10 @@ class MemoryRelease:
     working set, not the largest of the process's whole life. `busy` is cheap: callers mark
     every change of their in-flight count."""
 
-    def __init__(self, period_s: float, release: Callable[[], object] = release_free_memory,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, period_s: float, release: Callable[[], object] = release_free_memory):
         if not period_s > 0:
             raise ValueError(f"period_s must be positive, not {period_s!r}")
-        self.period_s, self._release, self._clock = period_s, release, clock
+        self.period_s, self._release = period_s, release
         self._cv = threading.Condition()
         self._busy = False
         self._used = False  # busy at some time since the last release
@@ -150,8 +149,8 @@ class MemoryRelease:
             with self._cv:
                 while not self._used and not self._stopped:
                     self._cv.wait()
-                end = self._clock() + self.period_s  # the period starts with its first use
-                while not self._stopped and (left := end - self._clock()) > 0:
+                end = time.monotonic() + self.period_s  # the period starts with its first use
+                while not self._stopped and (left := end - time.monotonic()) > 0:
                     self._cv.wait(left)
                 if self._stopped:
                     return
