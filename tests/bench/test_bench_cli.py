@@ -81,3 +81,24 @@ def test_from_json_rejects_a_broken_file(tmp_path, capsys):
     f.write_text(json.dumps({"schema": "voxserve.bench/1"}))
     assert main(["bench", "--from-json", str(f)]) == 2
     assert "does not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_quick_skips_bf16_on_a_cpu_that_emulates_it(tiny_voice_path, monkeypatch, native):
+    """--quick measures what this CPU runs natively: without AVX512-BF16/AMX the bf16 arm is
+    skipped with the reason (it took most of a 5-minute --quick on an AVX2 EPYC); the full run,
+    and a CPU with native bf16, keep it."""
+    from voxserve.bench import core
+    from voxserve.runtime import device
+
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: native)
+    s = BenchSettings(voice=str(tiny_voice_path), device="cpu")
+    quick = {a["name"]: a for a in core.plan(core.quick_settings(s), device="cpu")["arms"]}
+    full = {a["name"]: a for a in core.plan(s, device="cpu")["arms"]}
+    assert full["vox-cpu-bf16"]["status"] == "would run"
+    assert quick["vox-cpu"]["status"] == "would run"
+    if native:
+        assert quick["vox-cpu-bf16"]["status"] == "would run"
+    else:
+        assert quick["vox-cpu-bf16"]["status"] == "skipped"
+        assert "no native bf16" in quick["vox-cpu-bf16"]["reason"]

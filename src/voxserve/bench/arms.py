@@ -203,6 +203,20 @@ def availability(spec: ArmSpec) -> str | None:
     return cls.unavailable(spec)
 
 
+def quick_skip(spec: ArmSpec) -> str | None:
+    """Why --quick leaves `spec` out on this machine (None: it runs): an arm whose precision this
+    CPU only emulates measures the emulation, minutes for a figure no user of this CPU would
+    pick. The full `voxserve bench` runs it anyway."""
+    if spec.device != "cpu" or spec.dtype not in ("bf16", "bfloat16"):
+        return None
+    from ..runtime.device import cpu_has_native_bf16
+
+    if cpu_has_native_bf16():
+        return None
+    return ("this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 would be emulated, several "
+            "times slower than fp32; `voxserve bench` without --quick measures it anyway")
+
+
 def _torch_cuda() -> bool:
     try:
         import torch

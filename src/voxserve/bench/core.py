@@ -27,6 +27,7 @@ from .arms import (
     availability,
     build_pool,
     make_arm,
+    quick_skip,
 )
 from .corpus import load_corpus, pool_texts, stream_selection
 from .machine import load_average, machine_info
@@ -211,12 +212,13 @@ def plan(settings: BenchSettings, device: str | None = None, arms: Sequence[ArmS
         if not tasks:
             continue
         reason = availability(spec)
+        skip = quick_skip(spec) if reason is None and settings.quick else None
         rows.append(
             {
                 "name": spec.name,
                 "label": spec.label,
-                "status": "would run" if reason is None else UNAVAILABLE,
-                "reason": reason,
+                "status": UNAVAILABLE if reason else SKIPPED if skip else "would run",
+                "reason": reason or skip,
                 "tasks": len(_unique(tasks)),
                 "rounds": _rounds(settings, spec),
                 "suite": spec.suite,
@@ -299,10 +301,13 @@ def run_bench(
     runnable = []
     for spec in ctx.specs:
         reason = availability(spec)
-        if reason is None:
-            runnable.append(spec)
-        else:
+        skip = quick_skip(spec) if reason is None and settings.quick else None
+        if reason is not None:
             res.status[spec.name] = (UNAVAILABLE, reason)
+        elif skip is not None:
+            res.status[spec.name] = (SKIPPED, skip)
+        else:
+            runnable.append(spec)
     rounds = max([settings.warmup + settings.runs] + [_rounds(settings, s) for s in runnable])
     probes = [
         (s, g)
