@@ -23,7 +23,7 @@ from ..engine.engine import EngineConfig
 from ..engine.scheduler import SchedulerConfig
 from ..limits import Limits
 from ..voices.registry import DEFAULT_VOICE
-from .app import AppConfig
+from .config import AppConfig
 
 log = logging.getLogger(__name__)
 _SCHED = SchedulerConfig()

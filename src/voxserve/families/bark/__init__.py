@@ -3,8 +3,8 @@ runner (step.py: BarkStepRunner, sentences joining and leaving between decode st
 runtime/step.py), or with CPU offload by BarkRunner (runner.py: semantic -> coarse -> fine ->
 EnCodec, one generate call per batch).
 
-Modules: voice (BarkVoice, load_bark_voice, BarkRuntimeOptions, BarkVoiceConfig, its text
-front end and checkpoint checks), model (attention), runner, step. transformers (the `bark` extra) is
+Modules: options (BarkRuntimeOptions, BarkVoiceConfig), voice (BarkVoice, load_bark_voice, its
+text front end and checkpoint checks), model (attention), runner, step. transformers (the `bark` extra) is
 imported only when a voice loads.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...voices.registry import VoiceSource
 from .. import Family, register_family
-from .voice import BarkRuntimeOptions, BarkVoiceConfig, load_bark_voice
+from .options import BarkRuntimeOptions, BarkVoiceConfig
 
 NAME = "bark"
 
@@ -39,6 +39,8 @@ def _hint(path: Path) -> str | None:
 def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, **_):
     """`runtime`: a BarkRuntimeOptions, or a voxserve.RuntimeOptions of which only `offload`
     and `threads` apply. Other load_voice options (max_phonemes) do not apply to Bark."""
+    from .voice import load_bark_voice  # the voice's code only when one loads (CLI start-up)
+
     if runtime is not None and not isinstance(runtime, BarkRuntimeOptions):
         runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
     return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
@@ -55,4 +57,4 @@ FAMILY = register_family(Family(
     runner_kind="step",
 ))
 
-__all__ = ["FAMILY", "BarkRuntimeOptions", "BarkVoiceConfig", "load_bark_voice"]
+__all__ = ["FAMILY", "BarkRuntimeOptions", "BarkVoiceConfig"]

@@ -4,8 +4,10 @@ applied after the model is built and checked numerically against the plain path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .cuda_graphs import GraphGrid
+if TYPE_CHECKING:  # cuda_graphs imports torch: options stay importable without it (CLI start-up)
+    from .cuda_graphs import GraphGrid
 
 
 @dataclass(frozen=True)
