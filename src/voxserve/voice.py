@@ -219,6 +219,9 @@ class Voice(ABC):
     name: str
     family: str
     sample_rate: int
+    device: Any
+    """Where its model runs (a torch.device, or its name): the engine runs the voice on that
+    device's worker, so every family must say it."""
     limits: Limits = DEFAULT_LIMITS
     """The work bound of every request to this voice (set by load_voice(limits=...))."""
     batch_cost: int = MAX_BATCH_COST

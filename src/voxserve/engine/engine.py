@@ -196,6 +196,9 @@ class _Worker:
         self.engine = engine
         self.device = device
         self.voices = list(voices)
+        # this device's accepted requests, by id, guarded by `cond`: the engine's index of all
+        # requests is only for lookups by id, never iterated (each worker has its own lock)
+        self.requests: dict[int, _RequestState] = {}
         self.scheduler = Scheduler(engine.config.scheduler)
         # the device's speed per voice and each voice's cost per character (see `admission`)
         self.speed: dict[str, Throughput] = {v: Throughput() for v in self.voices}
@@ -306,8 +309,8 @@ class _Worker:
         work = {v: float(self.scheduler.queued_cost_of(v)) for v in self.voices}
         for v, c in self.running_cost.items():
             work[v] = work.get(v, 0.0) + 0.5 * c
-        for r in self.engine._requests.values():
-            if r.worker is self and r.total is None and not r.finished:
+        for r in self.requests.values():
+            if r.total is None and not r.finished:
                 work[r.voice] = work.get(r.voice, 0.0) + max(0.0, r.est_cost - r.produced_cost)
         return work
 
@@ -331,8 +334,8 @@ class _Worker:
         if spc is None:
             return None
         accepted = {}
-        for r in self.engine._requests.values():
-            if r.worker is self and not r.finished:
+        for r in self.requests.values():
+            if not r.finished:
                 left = self.scheduler.pending_cost(r.id)
                 if r.total is None:
                     left += max(0.0, r.est_cost - r.produced_cost)
@@ -752,7 +755,7 @@ class Engine:
         self._worker_of: dict[str, _Worker] = {}
         on: dict[str, list[str]] = {}
         for name, v in self.voices.items():
-            on.setdefault(str(getattr(v, "device", "cpu")), []).append(name)
+            on.setdefault(str(v.device), []).append(name)
         for dev, names in on.items():
             lanes, threads = self._lanes(dev, [self.voices[n] for n in names])
             self._workers[dev] = _Worker(self, dev, lanes, threads, names)
@@ -800,6 +803,11 @@ class Engine:
             set_thread_team(w.threads)
             release_openmp_threads()  # the lanes' teams stay the only ones (runtime/cpu.py)
 
+    def device_of(self, voice_name: str) -> str:
+        """The device whose worker runs the voice."""
+        self.voice(voice_name)  # UnknownVoiceError
+        return self._worker_of[voice_name].device
+
     @property
     def lanes(self) -> dict[str, int]:
         """Lanes per device (batches each runs at once)."""
@@ -846,10 +854,9 @@ class Engine:
         """Refuse new requests, finish the accepted ones (bounded by timeout), stop the workers."""
         self.stop_accepting()
         finished = self.drain(timeout)
-        for rid in list(self._requests):
-            r = self._requests.get(rid)
-            if r is not None:
-                with r.worker.cond:
+        for w in self._workers.values():
+            with w.cond:
+                for r in list(w.requests.values()):
                     self._fail(r, EngineClosedError("the server is shutting down"))
         self._stopping_now = True
         for w in self._workers.values():
@@ -895,7 +902,7 @@ class Engine:
         units = voice.units(text, options)  # validates now; the sentences come lazily
         w = self._worker_of[voice_name]
         with w.cond:
-            waiting = sum(1 for r in self._requests.values() if r.worker is w and r.produced == 0)
+            waiting = sum(1 for r in w.requests.values() if r.produced == 0)
             if w.scheduler.queued + waiting >= w.scheduler.config.max_queued_sentences:  # memory
                 raise OverloadedError(
                     f"the server is busy ({w.scheduler.queued} sentences queued); retry later",
@@ -917,6 +924,7 @@ class Engine:
                               deadline=float("inf") if adm is None else now + bound + adm[1],
                               budget=AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)))
             self._requests[rid] = r
+            w.requests[rid] = r
             self._mark_activity()
         self._start_frontend(r)
         return rid
@@ -952,6 +960,7 @@ class Engine:
                 return
             r.finished = True
             self._requests.pop(request_id, None)
+            r.worker.requests.pop(request_id, None)
             self._mark_activity()
             self.sentences_dropped += r.worker.scheduler.cancel(request_id)
             r.worker.cond.notify_all()
@@ -1050,6 +1059,7 @@ class Engine:
         if not r.finished and r.total is not None and r.delivered >= r.total:
             r.finished = True
             self._requests.pop(r.id, None)
+            r.worker.requests.pop(r.id, None)
             self._mark_activity()
             r.worker.scheduler.finish_request(r.id)
             r.sink.on_done(r.total)
@@ -1059,6 +1069,7 @@ class Engine:
             return
         r.finished = True
         self._requests.pop(r.id, None)
+        r.worker.requests.pop(r.id, None)
         self._mark_activity()
         self.sentences_dropped += r.worker.scheduler.cancel(r.id)
         r.sink.on_error(error)

@@ -109,6 +109,11 @@ class CosyVoice2Voice(Voice):
         self.default_speaker = default
         self._runner = runner
 
+    @property
+    def device(self):
+        """The model's device: the engine's worker of that device runs this voice."""
+        return self.model.device
+
     # ---------------------------------------------------------------- speakers
     @property
     def speakers(self) -> list[str]:
