@@ -25,6 +25,19 @@ def tokens(text: str) -> list[str]:
     return [w for w in (source_token(t) for t in text.split()) if any(ch.isalnum() for ch in w)]
 
 
+# tokens that one reading says as a whole ("et al." -> "and others"): one caption word
+ONE_READING = ("et al",)
+
+
+def caption_words(text: str) -> list[str]:
+    """What the captions of `text` must name: its tokens, each its own word but for ONE_READING."""
+    out = tokens(text)
+    for k in range(len(out) - 1, 0, -1):
+        if f"{out[k - 1]} {out[k]}" in ONE_READING:
+            out[k - 1:k + 1] = [f"{out[k - 1]} {out[k]}"]
+    return out
+
+
 def test_every_rule_has_an_example_that_it_rewrites():
     assert all(rule.examples for rule in _RULES)
     for k, ex in EXAMPLES:
@@ -39,24 +52,25 @@ def test_every_rule_has_an_example_that_it_rewrites():
 @pytest.mark.parametrize("k,text", EXAMPLES, ids=[f"{k}:{t[:24]}" for k, t in EXAMPLES])
 def test_source_words_of_every_rule_example_are_the_texts_tokens(k, text):
     # each spoken word a span of its own: the words reported are the text's tokens, each once,
-    # in order (joined: several tokens said together may be one word, "et al")
+    # in order, each a word of its own (on main 11 of the 55 examples failed: "$5 million" gave
+    # "$5", "million", "dollars"; "Dec. 1, 2026" one word "Dec 1 2026"; "60 mph" one word)
     spoken = normalize_text_aligned(Aligned.of(text), "en-us")
     sw = SourceWords(text, spoken)
     spans = [WordSpan(w, 2 * j, 2 * j + 2) for j, w in enumerate(sw.said)]
     got = sw.respan(" ".join(sw.said), spans)
-    assert " ".join(s.word for s in got) == " ".join(tokens(text)), spoken.text
+    assert [s.word for s in got] == caption_words(text), spoken.text
     assert all(a.hi <= b.lo for a, b in zip(got, got[1:]))
 
 
 def test_caption_words_of_every_rule_example_are_the_texts_tokens(joe_voice):
     """The property through the real voice (espeak's joins and splits, the sentence splitter):
-    for every example of every rule, the words joined are the text's tokens joined, and the
-    cues show the text itself."""
+    for every example of every rule, the words are the text's tokens (joined, they equal the
+    tokens joined), and the cues show the text itself."""
     bad = []
     # in one batch (words of a batch equal solo words: tests/test_words.py)
     for (k, text), a in zip(EXAMPLES, joe_voice.synthesize_batch([t for _, t in EXAMPLES], DET)):
         words = [w.word for w in a.words]
-        if " ".join(words) != " ".join(tokens(text)):
+        if " ".join(words) != " ".join(tokens(text)) or words != caption_words(text):
             bad.append((k, text, words))
         shown = " ".join(c.text for c in cues(a.words, text=text))
         if shown != " ".join(text.split()):
