@@ -105,7 +105,7 @@ def test_issue_examples_caption_the_texts_own_tokens(joe_voice):
 def test_symbol_words_and_dropped_tokens_name_no_spoken_word():
     # "&" is said ("and") but is no word of the text: no caption word; an escape sequence is
     # not said and its token shows without it
-    text = "Tom & Jerry \x1b[1mran\x1b[0m"
+    text = "Tom & Jerry \x1b[1mran\x1b[0m \x1b]0;my title\x07"
     sw = SourceWords(text, normalize_text_aligned(Aligned.of(normalize_unicode(text)), "en-us"))
     spoken = sw.said
     assert spoken == ["Tom", "and", "Jerry", "ran"]
@@ -158,6 +158,7 @@ def test_huge_money_reads_its_digits_then_the_currency(text, expected):
     ("lone escape \x1b", "lone escape"),
     ("one\vtwo\fthree\x1cfour\x1ffive\x85six\u2028seven", "one two three four five six seven"),
     ("para one\u2029para two", "para one\n\npara two"),
+    ("\u2066$5\u2069 \u200eup\u202e", "$5 up"),  # bidirectional controls
 ])
 def test_control_characters_and_escape_sequences_say_nothing(text, expected):
     assert normalize_unicode(text) == expected

@@ -6,7 +6,7 @@ What it does, in order:
    primes, guillemets -> ASCII quotes; a dash used as punctuation (em/en dash, or a spaced
    hyphen) -> a comma pause; the ellipsis character -> "...".
 3. Characters with nothing to say are dropped: emoji and pictographs (with their variation
-   selectors, joiners and skin-tone modifiers), control and private-use characters, terminal
+   selectors, joiners and skin-tone modifiers), control, bidirectional and private-use characters, terminal
    escape sequences whole ("\x1b[31m"), combining marks with no letter under them. espeak-ng
    would otherwise read "🎉" as "party popper". Control characters that separate (vertical
    tab, form feed, the information separators, U+2028) are spaces; U+2029 a paragraph break.
@@ -34,6 +34,8 @@ _TRANSLATE = str.maketrans(
         "\u2010": "-", "\u2011": "-", "\u2212": "-",
         "\ufe0f": None, "\ufe0e": None, "\u200d": None, "\u200b": None, "\ufeff": None,
         "\u00ad": None,
+        # bidirectional marks, embeddings and isolates: they order text on screen, say nothing
+        **{c: None for c in "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"},
     }
 )
 
@@ -141,9 +143,13 @@ _PAUSE_AT_END = re.compile(r"\s*,\s*($|\n)")
 _PAUSE_AFTER_OPEN = re.compile(r"([\"'(])\s*,\s*")
 
 
-def visible(text: str) -> str:
-    """`text` without what step 3 drops as unseen: escape sequences, control characters."""
-    return "".join(ch for ch in _ESCAPE.sub("", text) if not _is_silent(ch) or ch.isspace())
+def visible(text: str) -> list[int]:
+    """The indices of `text`'s characters that are not in what step 3 drops unseen (escape
+    sequences, control characters, emoji): the text a reader sees."""
+    hidden = bytearray(len(text))
+    for m in _ESCAPE.finditer(text):
+        hidden[m.start():m.end()] = b"\x01" * (m.end() - m.start())
+    return [i for i, ch in enumerate(text) if not hidden[i] and (not _is_silent(ch) or ch.isspace())]
 
 
 def normalize_unicode(text: str) -> str:

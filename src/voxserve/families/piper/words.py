@@ -195,7 +195,10 @@ class SourceWords:
     def __init__(self, original: str, spoken: Aligned):
         """original: the request's text; spoken: its normalised form, each character carrying
         the span of `original` it says (`text.aligned`)."""
-        toks = [(m.start(), m.end(), source_token(visible(m.group()))) for m in _TOKEN.finditer(original)]
+        # the tokens of the text as a reader sees it (an escape sequence is no part of one)
+        seen = visible(original)
+        shown = "".join(original[i] for i in seen)
+        toks = [(seen[m.start()], seen[m.end() - 1] + 1, source_token(m.group())) for m in _TOKEN.finditer(shown)]
         toks = [t for t in toks if any(ch.isalnum() for ch in t[2])]
         starts = [t[0] for t in toks]
         ends = [t[1] for t in toks]
