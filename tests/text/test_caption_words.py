@@ -62,6 +62,23 @@ def test_source_words_of_every_rule_example_are_the_texts_tokens(k, text):
     assert all(a.hi <= b.lo for a, b in zip(got, got[1:]))
 
 
+def test_source_words_of_the_normaliser_corpus_are_the_texts_tokens():
+    # the 235 inputs of tests/text/test_normalize_text.py (on main 18 differed: "$3 billion",
+    # "December 1, 2026", ...)
+    from test_normalize_text import CORPUS
+
+    from voxserve.text.frontend import TextFrontend
+
+    fe = TextFrontend("en-us", {"_": [0], "^": [1], "$": [2], " ": [3]})
+    bad = []
+    for _, _, text, _ in CORPUS:
+        sw = SourceWords(text, fe.normalize_aligned(text))
+        got = [s.word for s in sw.respan(" ".join(sw.said), [WordSpan(w, j, j + 1) for j, w in enumerate(sw.said)])]
+        if got != caption_words(text):
+            bad.append((text, got))
+    assert not bad and len(CORPUS) >= 200, bad
+
+
 def test_caption_words_of_every_rule_example_are_the_texts_tokens(joe_voice):
     """The property through the real voice (espeak's joins and splits, the sentence splitter):
     for every example of every rule, the words are the text's tokens (joined, they equal the
