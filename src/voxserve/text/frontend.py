@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import EmptyTextError, UnpronounceableTextError
+from .aligned import Aligned
 from .blocks import PLACEHOLDER, PhonemeBlock, has_placeholder, mark_blocks, placeholder_index, show
 from .ids import PhonemeIdMapper
 from .lexicon import Lexicon
-from .aligned import Aligned
 from .normalize import expand_abbreviations_aligned, normalize_unicode_aligned
 from .phonemize import phonemize
 from .split import split_long, split_sentences

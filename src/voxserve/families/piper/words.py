@@ -24,7 +24,7 @@ import bisect
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,10 +182,6 @@ _ABBREVIATION = re.compile(r"^(?:\w\.){2,}$")  # "U.S.A.", "p.m." keep their per
 def source_token(tok: str) -> str:
     w = tok.strip(_OUTER)
     return w if _ABBREVIATION.match(w) else w.rstrip(".")
-
-
-def _key(w: str) -> str:
-    return _STRIP.sub("", w).lower()
 
 
 class SourceWords:
