@@ -129,11 +129,12 @@ def test_normalised_text_reports_the_users_own_tokens(joe_voice):
 
 def test_source_words_pair_rewrites_with_their_spoken_words():
     from voxserve.families.piper.words import SourceWords, WordSpan
-    from voxserve.text.spoken import normalize_text
+    from voxserve.text.aligned import Aligned
+    from voxserve.text.spoken import normalize_text, normalize_text_aligned
 
     text = 'See you at 5pm, OK? He said "yes" -- twice... in the U.S.A. in 1999.'
-    sw = SourceWords(text, normalize_text(text, "en-us"))
-    pairs = [(said, g and g[0]) for said, g in zip(sw.said, sw.group)]
+    sw = SourceWords(text, normalize_text_aligned(Aligned.of(text), "en-us"))
+    pairs = [(said, g and g[0]) for said, g in zip(sw.said, sw.cluster)]
     assert ("five", "5pm") in pairs and ("twice", "twice") in pairs and ("U.S.A", "U.S.A.") in pairs
     assert [g for s, g in pairs if s in ("nineteen", "ninety-nine")] == ["1999", "1999"]
     # respan joins a source word's spoken words into one span, in order

@@ -86,7 +86,8 @@ def _with_punctuation(words: Sequence[Word], text: str | None) -> list[str]:
     out, pos = [], 0
     for w in words:
         at = text.find(w.word, pos)
-        if at < 0 or text[pos:at].strip(" \t\r\n\"'()[]{}«»“”‘’-—–,;:.!?…") != "":
+        gap = "" if at < 0 else text[pos:at].strip(" \t\r\n\"'()[]{}«»“”‘’-—–,;:.!?…")
+        if at < 0 or any(ch.isalnum() for ch in gap):
             out.append(w.word)  # not next in the text (rewritten or skipped): as reported
             continue
         start = at
@@ -95,7 +96,9 @@ def _with_punctuation(words: Sequence[Word], text: str | None) -> list[str]:
         end = at + len(w.word)
         while end < len(text) and not text[end].isspace():
             end += 1
-        out.append(text[start:end])
+        # a symbol said but no word ("&" of "Tom & Jerry") shows with the word after it
+        lead = " ".join(t for t in text[pos:start].split() if t.strip("\"'()[]{}«»“”‘’-—–,;:.!?…")) if gap else ""
+        out.append((lead + " " if lead else "") + text[start:end])
         pos = end
     return out
 

@@ -12,15 +12,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import EmptyTextError, UnpronounceableTextError
+from .aligned import Aligned
 from .blocks import PLACEHOLDER, PhonemeBlock, has_placeholder, mark_blocks, placeholder_index, show
 from .ids import PhonemeIdMapper
 from .lexicon import Lexicon
-from .normalize import expand_abbreviations, normalize_unicode
+from .normalize import expand_abbreviations_aligned, normalize_unicode_aligned
 from .phonemize import phonemize
 from .split import split_long, split_sentences
 from .ssml import Break, Span, parse_ssml
 from .ssml import input_format as resolve_input_format
-from .spoken import normalize_text
+from .spoken import normalize_text_aligned
 
 DEFAULT_MAX_PHONEMES = 400
 MIN_MAX_PHONEMES = 16
@@ -67,10 +68,14 @@ class TextFrontend:
         (`normalize_text`: numbers, dates, units, ... as words; English voices only), then the
         title abbreviations left. The spoken pass runs before splitting, so that "Dr. Smith"
         and "3.5" reach the splitter as "Doctor Smith" and "three point five"."""
-        text = normalize_unicode(text)
+        return self.normalize_aligned(text, spoken).text
+
+    def normalize_aligned(self, text: str, spoken: bool = True) -> Aligned:
+        """`normalize`, each character carrying the span of `text` it says (word timestamps)."""
+        out = normalize_unicode_aligned(Aligned.of(text))
         if spoken:
-            text = normalize_text(text, self.espeak_voice)
-        return expand_abbreviations(text, self.espeak_voice)
+            out = normalize_text_aligned(out, self.espeak_voice)
+        return expand_abbreviations_aligned(out, self.espeak_voice)
 
     def phonemize(self, text: str) -> list[str]:
         return phonemize(text, self.espeak_voice, self.phoneme_map, self.vowel_clusters)

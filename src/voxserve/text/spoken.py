@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 from num2words import num2words
+
+from .aligned import Aligned, Pieces, Said
 
 # ---------------------------------------------------------------------------------------------
 # number words
@@ -82,8 +85,9 @@ def _plural_word(words: str) -> str:
 
 def decimal(int_part: str, frac: str | None, negative: bool = False) -> str:
     """("1,234", "56") -> "one thousand two hundred thirty-four point five six"."""
-    # "007": leading zeros are read digit by digit
-    out = digits(int_part) if len(int_part) > 1 and int_part[0] == "0" else cardinal(int(int_part.replace(",", "")))
+    # "007": leading zeros are read digit by digit; so is a number past the trillions
+    whole = int_part.replace(",", "")
+    out = digits(int_part) if (len(int_part) > 1 and int_part[0] == "0") or len(whole) > 15 else cardinal(int(whole))
     if frac:
         out += " point " + digits(frac)
     return ("minus " + out) if negative else out
@@ -202,7 +206,9 @@ URL_SYMBOLS = {".": "dot", "/": "slash", "-": "dash", "_": "underscore", ":": "c
 # ---------------------------------------------------------------------------------------------
 # handlers
 
-Handler = Callable[[re.Match], str]
+Handler = Callable[[re.Match], Said]
+"""A rule's words for its match: a str, or pieces naming the part of the match each says
+(`text.aligned`), so that word timestamps give each token of the text its own words."""
 
 _NUM = r"(?:\d{1,3}(?:,\d{3}){1,5}|\d{1,15})"  # 1,234,567 or 1234567
 _END = r"(?![\w])"  # nothing word-like straight after
@@ -239,22 +245,25 @@ def _email(m: re.Match) -> str:
     return _spell_token(m.group(0))
 
 
-def _date_words(month: int, day: int, yr: str | None, day_first: bool = False) -> str | None:
+def _date_words(month: int, day: int, yr: str | None, day_first: bool = False,
+                parts: tuple = (None, None, None, None)) -> Pieces | None:
+    """parts: the match groups of the month, the day, the year and the "of" (None: the whole)."""
     if not (1 <= month <= 12 and 1 <= day <= 31):
         return None
     name = MONTHS[month - 1]
+    g_month, g_day, g_year, g_of = parts
     if day_first:
-        out = f"the {ordinal(day)} of {name}"
-        return out + (" " + year(int(yr)) if yr else "")
-    out = f"{name} {ordinal(day)}"
-    return out + (", " + year(int(yr)) if yr else "")
+        out = [(f"the {ordinal(day)}", g_day), (" of", g_of if g_of is not None else g_day), (f" {name}", g_month)]
+        return out + ([(" " + year(int(yr)), g_year)] if yr else [])
+    out = [(name, g_month), (f" {ordinal(day)}", g_day)]
+    return out + ([(", " + year(int(yr)), g_year)] if yr else [])
 
 
-def _iso_date(m: re.Match) -> str:
+def _iso_date(m: re.Match) -> Said:
     return _date_words(int(m.group(2)), int(m.group(3)), m.group(1)) or m.group(0)
 
 
-def _slash_date(m: re.Match) -> str:
+def _slash_date(m: re.Match) -> Said:
     a, b, y = int(m.group(1)), int(m.group(2)), m.group(3)
     if len(y) == 2:
         y = ("20" if int(y) < 50 else "19") + y
@@ -263,20 +272,23 @@ def _slash_date(m: re.Match) -> str:
     return _date_words(a, b, y) or m.group(0)
 
 
-def _month_day(m: re.Match) -> str:
-    return _date_words(MONTH_NAMES[m.group(1)], int(m.group(2)), m.group(3)) or m.group(0)
+def _month_day(m: re.Match) -> Said:
+    return _date_words(MONTH_NAMES[m.group(1)], int(m.group(2)), m.group(3), parts=(1, 2, 3, None)) or m.group(0)
 
 
-def _day_month(m: re.Match) -> str:
-    words = _date_words(MONTH_NAMES[m.group(2)], int(m.group(1)), m.group(3), day_first=True)
+def _day_month(m: re.Match) -> Said:
+    g_of = "of" if m.group("of") else None
+    words = _date_words(MONTH_NAMES[m.group(3)], int(m.group(1)), m.group(4), day_first=True, parts=(3, 1, 4, g_of))
     if words is None:
         return m.group(0)
     # "the 4th of July": the article is already there
-    return words[len("the "):] if m.string[max(0, m.start() - 4):m.start()].lower() == "the " else words
+    if m.string[max(0, m.start() - 4):m.start()].lower() == "the ":
+        words[0] = (words[0][0][len("the "):], words[0][1])
+    return words
 
 
-def _month_year(m: re.Match) -> str:
-    return f"{MONTHS[MONTH_NAMES[m.group(1)] - 1]} {year(int(m.group(2)))}"
+def _month_year(m: re.Match) -> Pieces:
+    return [(MONTHS[MONTH_NAMES[m.group(1)] - 1], 1), (f" {year(int(m.group(2)))}", 2)]
 
 
 # espeak-ng says "a.m." as the letters, "am" and "AM" as the word, "a m" as the article: dots.
@@ -284,7 +296,7 @@ _MERIDIEM = {"am": "a.m", "pm": "p.m", "a.m.": "a.m", "p.m.": "p.m", "AM": "a.m"
              "A.M.": "a.m", "P.M.": "p.m"}
 
 
-def _time(m: re.Match) -> str:
+def _time(m: re.Match) -> Said:
     h, mi, sec, mer = int(m.group(1)), m.group(2), m.group(3), m.group(4)
     if h > 24 or (mi and int(mi) > 59) or (mer and not 1 <= h <= 12):
         return m.group(0)
@@ -298,18 +310,24 @@ def _time(m: re.Match) -> str:
         words = f"{cardinal(h)} {cardinal(int(mi))}"
     if sec:
         words += f" and {cardinal(int(sec))} second" + ("" if int(sec) == 1 else "s")
+    clock = (m.start(1), max(m.end(k) for k in (1, 2, 3)))  # "10:30:15" of "10:30:15 am"
     if mer:
         # the final dot, unless the text has one next ("at 7 pm." -> "seven p.m.")
-        words += " " + _MERIDIEM[mer] + ("" if m.string.startswith(".", m.end()) else ".")
+        return [(words, clock), (" " + _MERIDIEM[mer] + ("" if m.string.startswith(".", m.end()) else "."), 4)]
     return words
 
 
-def _currency(m: re.Match) -> str:
+def _currency(m: re.Match) -> Said:
     sym, neg, int_part, frac, scale = m.group("sym"), m.group("neg"), m.group("int"), m.group("frac"), m.group("scale")
     one, many, sub1, subn = CURRENCIES[sym]
     sign = "minus " if neg else ""
     if scale:
-        return f"{sign}{decimal(int_part, frac)} {SCALES[scale]} {many}"
+        # "$5 million": "five" says "$5", "million dollars" says "million" (the currency word
+        # goes with the token it follows, so that each token's words are one run)
+        amount = (m.start(), m.end("frac") if frac else m.end("int"))
+        return [(f"{sign}{decimal(int_part, frac)}", amount), (f" {SCALES[scale]} {many}", "scale")]
+    if len(int_part) > 15:  # digit by digit, then the currency
+        return f"{sign}{decimal(int_part, frac)} {many}"
     whole = int(int_part.replace(",", ""))
     if frac is not None and len(frac) == 2 and sub1:
         cents = int(frac)
@@ -334,25 +352,25 @@ def _fraction_words(num: int, den: int) -> str:
     return f"{cardinal(num)} {name}"
 
 
-def _fraction(m: re.Match) -> str:
+def _fraction(m: re.Match) -> Said:
     num, den = int(m.group(2)), int(m.group(3))
     if den == 0 or den > 100:
         return m.group(0)
     words = _fraction_words(num, den)
     if m.group(1):
-        words = f"{cardinal(int(m.group(1)))} and {words}"
+        return [(f"{cardinal(int(m.group(1)))} and", 1), (f" {words}", (m.start(2), m.end(3)))]
     return words
 
 
-def _vulgar(m: re.Match) -> str:
+def _vulgar(m: re.Match) -> Said:
     words = _fraction_words(*VULGAR[m.group(2)])
     if m.group(1):
-        words = f"{cardinal(int(m.group(1)))} and {words}"
+        return [(f"{cardinal(int(m.group(1)))} and", 1), (f" {words}", 2)]
     return words
 
 
-def _year_in_context(m: re.Match) -> str:
-    return f"{m.group(1)} {year(int(m.group(2)))}"
+def _year_in_context(m: re.Match) -> Pieces:
+    return [(m.group(1), 1), (f" {year(int(m.group(2)))}", 2)]
 
 
 def _year_range(m: re.Match) -> str:
@@ -366,16 +384,18 @@ def _unit_words(unit: str | None, singular: bool) -> str:
     return " " + (one if singular else many)
 
 
-def _range(m: re.Match) -> str:
+def _range(m: re.Match) -> Pieces:
     a = decimal(m.group("a"), m.group("af"), bool(m.group("neg")))
     b = decimal(m.group("b"), m.group("bf"))
-    return f"{a} to {b}{_unit_words(m.group('unit'), False)}"
+    numbers = (m.start(), m.end("bf") if m.group("bf") else m.end("b"))
+    return [(f"{a} to {b}", numbers), (_unit_words(m.group("unit"), False), "unit")]
 
 
-def _quantity(m: re.Match) -> str:
+def _quantity(m: re.Match) -> Pieces:
     int_part, frac = m.group("int"), m.group("frac")
     words = decimal(int_part, frac, bool(m.group("neg")))
-    return words + _unit_words(m.group("unit"), _is_one(int_part, frac))
+    number = (m.start(), m.end("frac") if frac else m.end("int"))
+    return [(words, number), (_unit_words(m.group("unit"), _is_one(int_part, frac)), "unit")]
 
 
 def _number_sign(m: re.Match) -> str:
@@ -401,31 +421,37 @@ def roman_value(s: str) -> int:
     return total
 
 
-def _roman_keyword(m: re.Match) -> str:
+def _roman_keyword(m: re.Match) -> Said:
     if not m.group(2):  # every part of the numeral pattern is optional: an empty match
         return m.group(0)
-    return f"{m.group(1)} {cardinal(roman_value(m.group(2)))}"
+    return [(m.group(1), 1), (f" {cardinal(roman_value(m.group(2)))}", 2)]
 
 
-def _roman_regnal(m: re.Match) -> str:
+def _roman_regnal(m: re.Match) -> Said:
     if not m.group(2):
         return m.group(0)
-    return f"{m.group(1)} the {ordinal(roman_value(m.group(2)))}" + (m.group(3) or "")
+    numeral = (m.start(2), m.end(3) if m.group(3) else m.end(2))  # "VIII's"
+    return [(m.group(1), 1), (f" the {ordinal(roman_value(m.group(2)))}" + (m.group(3) or ""), numeral)]
 
 
-def _context_abbreviation(m: re.Match) -> str:
+def _context_abbreviation(m: re.Match) -> Pieces:
+    prev = m.group("prev")
+    return ([(prev, "prev")] if prev else []) + [((" " if prev else "") + _context_reading(m), "abbr")]
+
+
+def _context_reading(m: re.Match) -> str:
     before_name, after_name = CONTEXT_ABBREVIATIONS[m.group("abbr")]
     prev, nxt = m.group("prev"), m.group("next")
     if prev in _NOT_NAMES:  # "The St. Lawrence", "Visit St. Louis": a sentence word, not a street
-        return prev + " " + (before_name if nxt else after_name + _keep_period(m))
+        return before_name if nxt else after_name + _keep_period(m)
     # after a capitalised word or a house number ("Baker St.", "221B Baker St.", "5th St.") it
     # is the street; before a capitalised name ("St. Louis", "Dr. Smith") the title
     if prev and nxt and _SENTENCE_STARTERS.match(m.string, m.end()):
-        return prev + " " + after_name + "."  # "Elm Dr. Then we ...": the street ends a sentence
+        return after_name + "."  # "Elm Dr. Then we ...": the street ends a sentence
     if prev and not nxt:
-        return prev + " " + after_name + _keep_period(m)
+        return after_name + _keep_period(m)
     if nxt:
-        return (prev + " " if prev else "") + before_name
+        return before_name
     return after_name + _keep_period(m)
 
 
@@ -445,12 +471,19 @@ def _bare(m: re.Match) -> str:
     return BARE_ABBREVIATIONS[m.group(1) or m.group(2)]
 
 
-def _phone(m: re.Match) -> str:
-    groups = [g for g in (m.group("cc"), m.group("a") or m.group("a2"), m.group("b"), m.group("c")) if g]
-    words = [digits(g) for g in groups]
-    if m.group("cc"):
-        words[0] = "plus " + words[0]
-    return ", ".join(words)
+def _phone(m: re.Match) -> Pieces:
+    names = [g for g in ("cc", "a" if m.group("a") else "a2", "b", "c") if m.group(g)]
+    return [((", " if k else "") + ("plus " if g == "cc" else "") + digits(m.group(g)), g) for k, g in enumerate(names)]
+
+
+def _local_phone(m: re.Match) -> Pieces:
+    return [(m.group(1) + m.group(2), 1), (digits(m.group(3)), 3), (", " + digits(m.group(4)), 4)]
+
+
+def _international_phone(m: re.Match) -> Pieces:
+    groups = list(re.finditer(r"\d+", m.group(0)))
+    return [(("plus " if k == 0 else ", ") + digits(g.group(0)), (m.start() + g.start(), m.start() + g.end()))
+            for k, g in enumerate(groups)]
 
 
 def _decade(m: re.Match) -> str:
@@ -474,66 +507,89 @@ _ROMAN2 = r"(?=[MDCLXVI]{2}|[VX]\b)" + _ROMAN[len("(?=[MDCLXVI])"):]  # II, IV, 
 _ROMAN_NOT_LETTER = r"(?![CDLM]\b)"  # "Appendix C", "Part D", "Class M" are letters, not 100, 500, 1000
 _CAP = r"[A-Z][a-z]{1,30}"
 
-# (pattern, handler), applied in order over the whole text
-_RULES: list[tuple[re.Pattern, Handler]] = [
+class Rule(NamedTuple):
+    pattern: re.Pattern
+    handler: Handler
+    examples: tuple[str, ...]
+    """Texts the rule rewrites: tests/text/test_caption_words.py checks that each one's word
+    timestamps name the text's own tokens."""
+
+
+def _rule(pattern: str, handler: Handler, *examples: str) -> Rule:
+    return Rule(re.compile(pattern), handler, examples)
+
+
+# applied in order over the whole text
+_RULES: list[Rule] = [
     # e-mail and URLs first: their dots, digits and hyphens are not numbers or sentence ends
-    (re.compile(r"(?<![\w.@+-])[A-Za-z0-9][\w.+-]{0,63}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8}+(?<![.-])"), _email),
-    (re.compile(r"(?<![\w./@-])(?:[A-Za-z]{3,5}://[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}+|(?:[A-Za-z0-9][\w-]{0,62}\.){1,8}(?:" + _alt(TLD) + r")(?![\w-]))"
-                r"(?::\d{1,5})?(?:[/?#][\w\-./?=&%#~+:]{0,200}(?<![.?:]))?"), _url),
+    _rule(r"(?<![\w.@+-])[A-Za-z0-9][\w.+-]{0,63}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8}+(?<![.-])", _email,
+          "Write to jane.doe42@example.com today."),
+    _rule(r"(?<![\w./@-])(?:[A-Za-z]{3,5}://[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}+|(?:[A-Za-z0-9][\w-]{0,62}\.){1,8}(?:" + _alt(TLD) + r")(?![\w-]))"
+          r"(?::\d{1,5})?(?:[/?#][\w\-./?=&%#~+:]{0,200}(?<![.?:]))?", _url,
+          "See https://docs.example.org/v2/setup for more.", "Visit example.com now."),
     # phone numbers before ranges and negatives: "555-123-4567", "+1 (555) 123-4567"
-    (re.compile(r"(?<![\w+(])(?:\+(?P<cc>\d{1,3})\s?)?(?:\((?P<a>\d{3})\)\s?|(?P<a2>\d{3})[-.])(?P<b>\d{3})[-.](?P<c>\d{4})(?![\w-])"),
-     _phone),
+    _rule(r"(?<![\w+(])(?:\+(?P<cc>\d{1,3})\s?)?(?:\((?P<a>\d{3})\)\s?|(?P<a2>\d{3})[-.])(?P<b>\d{3})[-.](?P<c>\d{4})(?![\w-])",
+          _phone, "Call +1 (555) 123-4567 now.", "It is 555-123-4567."),
     # a seven-digit local number, only after a word that says it is one ("call 555-0199")
-    (re.compile(r"\b(" + _alt(PHONE_CONTEXT) + r")(:? )(\d{3})-(\d{4})(?![\w-])"),
-     lambda m: f"{m.group(1)}{m.group(2)}{digits(m.group(3))}, {digits(m.group(4))}"),
+    _rule(r"\b(" + _alt(PHONE_CONTEXT) + r")(:? )(\d{3})-(\d{4})(?![\w-])", _local_phone, "Please call 555-0199 today."),
     # other international numbers: "+44 20 7946 0958", group by group
-    (re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}+(?![\w-])"),
-     lambda m: "plus " + ", ".join(digits(g) for g in re.findall(r"\d+", m.group(0)))),
+    _rule(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}+(?![\w-])", _international_phone, "Ring +44 20 7946 0958 soon."),
     # dates and times
-    (re.compile(r"(?<![\w.-])(\d{4})-(\d{2})-(\d{2})(?![\w-])"), _iso_date),
-    (re.compile(r"(?<![\w./])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\w/])"), _slash_date),
-    (re.compile(r"\b(" + _MONTH_ALT + r")\.? (\d{1,2})(?:st|nd|rd|th)?(?:,? (\d{4}))?(?![\w:])"), _month_day),
-    (re.compile(r"(?<![\w.,])(\d{1,2})(?:st|nd|rd|th)? (?:of )?(" + _MONTH_ALT + r")\b\.?(?:,? (\d{4})(?!\d))?"), _day_month),
-    (re.compile(r"\b(" + _MONTH_ALT + r")\.?,? (\d{4})(?![\w])"), _month_year),
-    (re.compile(r"(?<![\w.:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?(a\.m\.|p\.m\.|A\.M\.|P\.M\.|am|pm|AM|PM)(?![\w]))?(?![\d:])"), _time),
-    (re.compile(r"(?<![\w.:])(\d{1,2})()()\s?(a\.m\.|p\.m\.|A\.M\.|P\.M\.|am|pm|AM|PM)(?!\w)"), _time),
-    # money: "$1,234.56", "-$5", "£2.5 million"
-    (re.compile(r"(?<![\w.,])(?P<neg>-)?(?P<sym>[$£€¥])\s?(?P<int>" + _NUM + r")" + r"(?:\.(?P<frac>\d{1,15}))?"
-                r"(?![\d,]\d|\.\d)(?:\s?(?P<scale>thousand|million|billion|trillion|bn|[kKmMB])(?![\w]))?"), _currency),
+    _rule(r"(?<![\w.-])(\d{4})-(\d{2})-(\d{2})(?![\w-])", _iso_date, "Due 2026-12-07 at noon."),
+    _rule(r"(?<![\w./])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\w/])", _slash_date, "Born 25/12/1990 in Rome."),
+    _rule(r"\b(" + _MONTH_ALT + r")\.? (\d{1,2})(?:st|nd|rd|th)?(?:,? (\d{4}))?(?![\w:])", _month_day,
+          "Dec. 1, 2026", "On March 3rd we met."),
+    _rule(r"(?<![\w.,])(\d{1,2})(?:st|nd|rd|th)? (?:(?P<of>of) )?(" + _MONTH_ALT + r")\b\.?(?:,? (\d{4})(?!\d))?", _day_month,
+          "On 4th of July, 1776 they signed.", "It was 1 May 2020."),
+    _rule(r"\b(" + _MONTH_ALT + r")\.?,? (\d{4})(?![\w])", _month_year, "Since Sept. 2019 we grew."),
+    _rule(r"(?<![\w.:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?(a\.m\.|p\.m\.|A\.M\.|P\.M\.|am|pm|AM|PM)(?![\w]))?(?![\d:])", _time,
+          "Meet at 10:30 am today.", "It ended 14:05:09 sharp."),
+    _rule(r"(?<![\w.:])(\d{1,2})()()\s?(a\.m\.|p\.m\.|A\.M\.|P\.M\.|am|pm|AM|PM)(?!\w)", _time, "See you at 5pm, OK?",
+          "Doors open 7 p.m. sharp."),
+    # money: "$1,234.56", "-$5", "£2.5 million"; past the trillions, digit by digit
+    _rule(r"(?<![\w.,])(?P<neg>-)?(?P<sym>[$£€¥])\s?(?P<int>\d{16,}+|" + _NUM + r")" + r"(?:\.(?P<frac>\d{1,15}))?"
+          r"(?![\d,]\d|\.\d)(?:\s?(?P<scale>thousand|million|billion|trillion|bn|[kKmMB])(?![\w]))?", _currency,
+          "$1.2 million, up 15%", "$5 million", "It costs $1,234.56 now.", "Pay -$5 back.", "$" + "9" * 20),
     # decades and ordinals
-    (re.compile(r"(?<![\w.,'])(?:'|(\d{2}))?(\d)0s(?!\w)"), _decade),
-    (re.compile(r"(?<![\w.,])(" + _NUM + r")(?:st|nd|rd|th)(?!\w)"), _ordinal),
+    _rule(r"(?<![\w.,'])(?:'|(\d{2}))?(\d)0s(?!\w)", _decade, "Music of the 1990s and '80s."),
+    _rule(r"(?<![\w.,])(" + _NUM + r")(?:st|nd|rd|th)(?!\w)", _ordinal, "Our 22nd year."),
     # fractions: "3/4", "1 1/2", "½"; "24/7" and the like are said as words
-    (re.compile(r"(?<![\w./])(" + _alt(SLASH_IDIOMS) + r")(?![\w/])"), lambda m: SLASH_IDIOMS[m.group(1)]),
-    (re.compile(r"(?<![\w./])(?:(\d{1,3}) )?(\d{1,3})/(\d{1,3})(?![\w/]|\.\d)"), _fraction),
-    (re.compile(r"(?<![\w.])(?:(\d{1,3}) ?)?([" + "".join(VULGAR) + r"])"), _vulgar),
+    _rule(r"(?<![\w./])(" + _alt(SLASH_IDIOMS) + r")(?![\w/])", lambda m: SLASH_IDIOMS[m.group(1)], "Open 24/7 here."),
+    _rule(r"(?<![\w./])(?:(\d{1,3}) )?(\d{1,3})/(\d{1,3})(?![\w/]|\.\d)", _fraction, "Add 1 1/2 cups.", "About 3/4 done."),
+    _rule(r"(?<![\w.])(?:(\d{1,3}) ?)?([" + "".join(VULGAR) + r"])", _vulgar, "Add 2 ½ cups.", "Take ¾ now."),
     # years: "in 1990", "1990-2000"
-    (re.compile(r"\b(" + _alt(YEAR_CONTEXT) + r") (1\d{3}|20\d{2})(?![\w,.]?\d|\s?(?:" + _UNIT_ALT + r")(?![\w/]))"), _year_in_context),
-    (re.compile(r"(?<![\w.,-])(1\d{3}|20\d{2})[-–](1\d{3}|20\d{2})(?![\w.,]?\d)"), _year_range),
+    _rule(r"\b(" + _alt(YEAR_CONTEXT) + r") (1\d{3}|20\d{2})(?![\w,.]?\d|\s?(?:" + _UNIT_ALT + r")(?![\w/]))",
+          _year_in_context, "Built in 1905 by hand."),
+    _rule(r"(?<![\w.,-])(1\d{3}|20\d{2})[-–](1\d{3}|20\d{2})(?![\w.,]?\d)", _year_range, "The war of 1939-1945 ended."),
     # ranges and quantities with units: "10-20 km", "5 km", "-3.5°C", "45%"
-    (re.compile(r"(?<![\w.,-])(?P<neg>-)?(?P<a>" + _NUM + r")(?:\.(?P<af>\d{1,15}))?[-–](?P<b>" + _NUM + r")(?:\.(?P<bf>\d{1,15}))?" +
-                r"(?![\w-]|[.,]\d)(?:\s?(?P<unit>" + _UNIT_ALT + r")(?![\w/]))?"), _range),
-    (re.compile(r"(?:(?<![\w.,-])(?P<neg>-))?(?<![\w.,])(?P<int>" + _NUM + r")(?:\.(?P<frac>\d{1,15}))?"
-                r"\s?(?P<unit>" + _UNIT_ALT + r")(?![\w/])"), _quantity),
+    _rule(r"(?<![\w.,-])(?P<neg>-)?(?P<a>" + _NUM + r")(?:\.(?P<af>\d{1,15}))?[-–](?P<b>" + _NUM + r")(?:\.(?P<bf>\d{1,15}))?" +
+          r"(?![\w-]|[.,]\d)(?:\s?(?P<unit>" + _UNIT_ALT + r")(?![\w/]))?", _range, "Walk 10-20 km daily.", "Pages 5-9."),
+    _rule(r"(?:(?<![\w.,-])(?P<neg>-))?(?<![\w.,])(?P<int>" + _NUM + r")(?:\.(?P<frac>\d{1,15}))?"
+          r"\s?(?P<unit>" + _UNIT_ALT + r")(?![\w/])", _quantity, "It is -3.5 °C and 1 km away.", "Up 45% at 60 mph."),
     # a house number with a letter: "221B" -> "two hundred twenty-one B"
-    (re.compile(r"(?<![\w.,])(\d{1,5})([A-Z])(?!\w)"), lambda m: f"{cardinal(int(m.group(1)))} {m.group(2)}"),
+    _rule(r"(?<![\w.,])(\d{1,5})([A-Z])(?!\w)", lambda m: f"{cardinal(int(m.group(1)))} {m.group(2)}", "He lived at 221B then."),
     # "#1", "No. 5"
-    (re.compile(r"(?<![\w&])#(" + _NUM + r")(?![\w]|[.,]\d)"), _number_sign),
-    (re.compile(r"\b(?:No|Nos|no)\. ?(?=\d)"), lambda m: "number "),
+    _rule(r"(?<![\w&])#(" + _NUM + r")(?![\w]|[.,]\d)", _number_sign, "We are #1 again."),
+    _rule(r"\b(?:No|Nos|no)\. ?(?=\d)", lambda m: "number ", "Symphony No. 5 plays."),
     # any other number: "-12", "3.5", "1,234"
-    (re.compile(r"(?:(?<![\w.,-])(?P<neg>-))?(?<![\w.,])(?P<int>" + _NUM + r")(?:\.(?P<frac>\d{1,15}))?(?![\w]|[.,]\d)"), _number),
-    (re.compile(r"(?<!\d)\d{16,}+"), _long_digits),
+    _rule(r"(?:(?<![\w.,-])(?P<neg>-))?(?<![\w.,])(?P<int>" + _NUM + r")(?:\.(?P<frac>\d{1,15}))?(?![\w]|[.,]\d)", _number,
+          "It has 1,234 cats, -12 dogs and 3.5 fish.", "Agent 007 called."),
+    _rule(r"(?<!\d)\d{16,}+", _long_digits, "Card 1234567890123456789 expired."),
     # Roman numerals, only where unambiguous
-    (re.compile(r"\b(" + _alt(ROMAN_KEYWORDS) + r") " + _ROMAN_NOT_LETTER + "(" + _ROMAN + r")\b(?!-)"), _roman_keyword),
-    (re.compile(r"\b(" + _alt(REGNAL_NAMES) + r") (" + _ROMAN2 + r")\b('s)?(?![\w'-])"), _roman_regnal),
-    (re.compile(r"\b(" + _alt(REGNAL_NAMES) + r") (I)()(?=[,.;:!?)]|$| of\b| and\b)"), _roman_regnal),
+    _rule(r"\b(" + _alt(ROMAN_KEYWORDS) + r") " + _ROMAN_NOT_LETTER + "(" + _ROMAN + r")\b(?!-)", _roman_keyword,
+          "Read Chapter IV first.", "After World War II ended."),
+    _rule(r"\b(" + _alt(REGNAL_NAMES) + r") (" + _ROMAN2 + r")\b('s)?(?![\w'-])", _roman_regnal,
+          "Henry VIII's wives.", "Pope John Paul II spoke."),
+    _rule(r"\b(" + _alt(REGNAL_NAMES) + r") (I)()(?=[,.;:!?)]|$| of\b| and\b)", _roman_regnal, "Elizabeth I of England."),
     # abbreviations
-    (re.compile(r"(?<![\w.])(" + _alt(LATIN_ABBREVIATIONS) + r")(?![\w])"), _latin),
-    (re.compile(r"(?:(?P<prev>" + _CAP + r"|\d{1,5}[A-Za-z]?|\d{1,5}(?:st|nd|rd|th)|[A-Z]{2,20})\s)?\b(?P<abbr>" + _alt(CONTEXT_ABBREVIATIONS) +
-                r")\.(?:(?=\s(?P<next>[A-Z]))|(?!\w))"), _context_abbreviation),
-    (re.compile(r"\b(" + _alt(TITLES) + r")\.(?=\s[A-Z])"), _title),
-    (re.compile(r"\b(" + _alt(WORD_ABBREVIATIONS) + r")\.(?!\w)"), _word_abbreviation),
-    (re.compile(r"(?<![\w/])(vs|w/o|w/)(?=\s)|(?<=\s)(&)(?=\s)"), _bare),
+    _rule(r"(?<![\w.])(" + _alt(LATIN_ABBREVIATIONS) + r")(?![\w])", _latin, "Fruit, e.g. apples.", "Smith et al. wrote it."),
+    _rule(r"(?:(?P<prev>" + _CAP + r"|\d{1,5}[A-Za-z]?|\d{1,5}(?:st|nd|rd|th)|[A-Z]{2,20})\s)?\b(?P<abbr>" + _alt(CONTEXT_ABBREVIATIONS) +
+          r")\.(?:(?=\s(?P<next>[A-Z]))|(?!\w))", _context_abbreviation, "Dr. Smith lives on Baker St. now.",
+          "We met St. Louis fans."),
+    _rule(r"\b(" + _alt(TITLES) + r")\.(?=\s[A-Z])", _title, "Mr. Jones met Prof. Lee."),
+    _rule(r"\b(" + _alt(WORD_ABBREVIATIONS) + r")\.(?!\w)", _word_abbreviation, "Apples, pears, etc. are fruit.",
+          "Acme Inc. sells."),
+    _rule(r"(?<![\w/])(vs|w/o|w/)(?=\s)|(?<=\s)(&)(?=\s)", _bare, "Tea w/o sugar vs coffee & cream."),
 ]
 
 
@@ -545,8 +601,13 @@ def normalize_text(text: str, language: str = "en") -> str:
     abbreviations become words. Text with none of these is returned unchanged; so is any text
     for another language (its voices read it as written).
     """
+    return normalize_text_aligned(Aligned.of(text), language).text
+
+
+def normalize_text_aligned(text: Aligned, language: str = "en") -> Aligned:
+    """`normalize_text`, each character carrying the span of the input it says."""
     if not language.lower().startswith("en"):
         return text
-    for pattern, handler in _RULES:
-        text = pattern.sub(handler, text)
+    for rule in _RULES:
+        text = text.sub(rule.pattern, rule.handler)
     return text

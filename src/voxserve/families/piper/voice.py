@@ -11,6 +11,7 @@ from ...audio import silence_samples
 
 from ...errors import UnknownSpeakerError, UnpronounceableTextError
 from ...options import SynthesisOptions
+from ...text.aligned import Aligned
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
 from ...text.ssml import Break, Span
@@ -87,9 +88,10 @@ class VitsVoice(Voice):
         spoken = opts.normalize is not False  # None (unset) reads numbers, dates, ... as words
         doc = self.frontend.document(text, opts.input_format)  # malformed SSML: fail now
         said = [span.text for span in doc if isinstance(span, Span)]  # the text without its markup
-        normalized = [self.frontend.normalize(t, spoken) for t in said]
+        aligned = [self.frontend.normalize_aligned(t, spoken) for t in said]
+        normalized = [a.text for a in aligned]
         # word timestamps name the request's own tokens
-        source = SourceWords(" ".join(said), " ".join(normalized), lambda t: self.frontend.normalize(t, spoken))
+        source = SourceWords(" ".join(said), Aligned.join(" ", aligned, said))
         id_map = self.frontend.to_ids.id_map
 
         def gen() -> Iterator[Unit]:

@@ -10,29 +10,34 @@ espeak joins some words ("of the" is one) and splits others ("5pm"). A phoneme w
 several text words is shared between them by their lengths, at id boundaries.
 
 Normalisation rewrites the text before it is split and phonemised ("$5" -> "five dollars").
-`SourceWords` maps the spoken words back to the request's own tokens: the two token streams are
-walked together, equal tokens paired, and a run that differs ("$5" | "five dollars") paired as a
-group re-anchored on the next two equal tokens within a bounded window; the user's token is then
-reported with the span from its first spoken word's start to its last one's end. Where no
-anchor is found, the spoken words are reported.
+`SourceWords` maps the spoken words back to the request's own tokens: the normalisers run on a
+`text.aligned.Aligned` text, whose characters each know the span of the request they say, so
+each spoken word knows its token(s) ("five", "dollars" -> "$5"; "December" -> "Dec.",
+"first" -> "1,"). A token is reported once, with the span from its first spoken word's start
+to its last one's end; words that say several tokens ("et al." -> "and others") report them
+as one word ("et al"); spoken words that say no token ("&" -> "and") are left out.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...audio import Word
+from ...text.aligned import Aligned
 from ...text.ids import BOS, PAD
+from ...text.normalize import visible
 
 _TOKEN = re.compile(r"\S+")
 # punctuation at either end of a token is not part of the word ("(quietly)," -> "quietly")
 _STRIP = re.compile(r"^[^\w]+|[^\w]+$")
+_LEAD = re.compile(r"[^\w]*")
 
 
 @dataclass(frozen=True)
@@ -179,66 +184,57 @@ def source_token(tok: str) -> str:
     return w if _ABBREVIATION.match(w) else w.rstrip(".")
 
 
-def _key(w: str) -> str:
-    return _STRIP.sub("", w).lower()
-
-
 class SourceWords:
     """The request's tokens against the words spoken (see the module doc), consumed sentence
     by sentence in order by `respan`."""
 
-    MAX_SOURCE_RUN = 8  # source tokens one rewrite may take ("1,234 km/h" ...)
-    MAX_SPOKEN_RUN = 48  # the words it may become (a long number)
-
-    def __init__(self, original: str, spoken: str, say: Callable[[str], str] | None = None):
-        """say: the normaliser, token by token, to share a rewritten run between its tokens
-        ("10:30. Dr." -> "ten thirty" | "Doctor"); without it a run stays one group."""
-        raw = [x for x in _TOKEN.findall(original) if any(ch.isalnum() for ch in source_token(x))]
-        src = [source_token(x) for x in raw]
-        said = text_words(spoken)
-        # group[j] = (source word, first spoken index, end spoken index) for spoken word j
-        self.group: list[tuple[str, int, int] | None] = [None] * len(said)
-        ks, kd = [_key(t) for t in src], [w.lower() for w in said]
-        i = j = 0
-        while i < len(src) and j < len(said):
-            if ks[i] == kd[j]:
-                self.group[j] = (src[i], j, j + 1)
-                i, j = i + 1, j + 1
+    def __init__(self, original: str, spoken: Aligned):
+        """original: the request's text; spoken: its normalised form, each character carrying
+        the span of `original` it says (`text.aligned`)."""
+        # the tokens of the text as a reader sees it (an escape sequence is no part of one)
+        seen = visible(original)
+        shown = "".join(original[i] for i in seen)
+        toks = [(seen[m.start()], seen[m.end() - 1] + 1, source_token(m.group())) for m in _TOKEN.finditer(shown)]
+        toks = [t for t in toks if any(ch.isalnum() for ch in t[2])]
+        starts = [t[0] for t in toks]
+        ends = [t[1] for t in toks]
+        self.said: list[str] = []
+        # clusters of spoken words and source tokens that say each other, in order: a token
+        # said by several words, or words saying several tokens ("et al." -> "and others"),
+        # make one; so do tokens whose words cross (never in the rules' own output)
+        stack: list[list[int]] = []  # [first token, last token, first spoken word, end spoken word]
+        word_tokens: list[tuple[int, int] | None] = []
+        for m in _TOKEN.finditer(spoken.text):
+            lead = _LEAD.match(m.group()).end()
+            w = _STRIP.sub("", m.group())
+            if not any(ch.isalnum() for ch in w):
                 continue
-            anchor = self._anchor(ks, kd, i, j)
-            if anchor is None:
-                break  # no way back into step: the rest is reported as spoken
-            di, dj = anchor
-            if di and dj:
-                counts = [len(text_words(say(t))) for t in raw[i:i + di]] if say is not None and di > 1 else []
-                if sum(counts) != dj:  # one group for the whole run
-                    counts, names = [dj], [" ".join(src[i:i + di])]
-                else:
-                    names = src[i:i + di]
-                k = j
-                for name, c in zip(names, counts):
-                    g = (name, k, k + c)
-                    for x in range(k, k + c):
-                        self.group[x] = g
-                    k += c
-            i, j = i + di, j + dj
-        self.said = said
+            j = len(self.said)
+            self.said.append(w)
+            lo, hi = spoken.span(m.start() + lead, m.start() + lead + len(w))
+            t0, t1 = bisect.bisect_right(ends, lo), bisect.bisect_left(starts, hi) - 1
+            if t0 > t1:  # says no word of the text ("&" -> "and"): no caption word
+                word_tokens.append(None)
+                continue
+            word_tokens.append((t0, t1))
+            cur = [t0, t1, j, j + 1]
+            while stack and cur[0] <= stack[-1][1]:
+                top = stack.pop()
+                cur = [min(top[0], cur[0]), max(top[1], cur[1]), top[2], cur[3]]
+            stack.append(cur)
+        # cluster[j]: (name, index) of spoken word j's cluster
+        self.cluster: list[tuple[str, int] | None] = [None] * len(self.said)
+        for k, (t0, t1, j0, j1) in enumerate(stack):
+            name = " ".join(toks[t][2] for t in range(t0, t1 + 1))
+            for j in range(j0, j1):
+                if word_tokens[j] is not None:
+                    self.cluster[j] = (name, k)
         self.pos = 0
-
-    def _anchor(self, ks, kd, i, j) -> tuple[int, int] | None:
-        """The smallest skips (di, dj), di + dj first, after which the streams agree again: a
-        token equal on both sides, or both ends."""
-        for total in range(1, self.MAX_SOURCE_RUN + self.MAX_SPOKEN_RUN + 1):
-            for di in range(max(0, total - self.MAX_SPOKEN_RUN), min(self.MAX_SOURCE_RUN, total) + 1):
-                a, b = i + di, j + total - di
-                if a == len(ks) and b == len(kd):
-                    return di, total - di
-                if a < len(ks) and b < len(kd) and ks[a] == kd[b]:
-                    return di, total - di
-        return None
+        self.named: set[int] = set()  # clusters already reported
 
     def respan(self, sentence: str, spans: Sequence[WordSpan]) -> tuple[WordSpan, ...]:
-        """One sentence's spans (one per spoken word, in order) as the source's words."""
+        """One sentence's spans (one per spoken word, in order) as the source's words: each
+        token once, over its spoken words; spoken words that say no token are left out."""
         words = text_words(sentence)
         n = len(words)
         if [w.lower() for w in self.said[self.pos:self.pos + n]] != [w.lower() for w in words] \
@@ -246,17 +242,22 @@ class SourceWords:
             return tuple(spans)  # not where expected (a word cut in two): as spoken
         base, self.pos = self.pos, self.pos + n
         out: list[WordSpan] = []
-        k, last = base, None
+        names: list[list[tuple[str, int]]] = []  # the clusters of each word of `out`
+        k = base
         for sp in spans:
-            g = self.group[k]
-            if g is not None and (g[1] < base or g[2] > base + n):
-                g = None  # a source word said across two sentences: each part as spoken
-            if g is None or sp.n != 1:
-                out.append(sp)
-            elif g is last:  # the same source word, its next spoken word
-                out[-1] = WordSpan(g[0], out[-1].lo, sp.hi)
-            else:
-                out.append(WordSpan(g[0], sp.lo, sp.hi))
-            last = g
+            mine = []
+            for c in self.cluster[k:k + sp.n]:
+                if c is not None and c[1] not in self.named and c not in mine:
+                    mine.append(c)
             k += sp.n
+            if not mine:
+                continue
+            if names and any(c in names[-1] for c in mine):  # the same token, its next spoken word
+                names[-1] += [c for c in mine if c not in names[-1]]
+                out[-1] = WordSpan(" ".join(c[0] for c in names[-1]), out[-1].lo, sp.hi)
+            else:
+                names.append(mine)
+                out.append(WordSpan(" ".join(c[0] for c in mine), sp.lo, sp.hi))
+        # a token said across two sentences is named in the first ("each word once")
+        self.named.update(c[1] for group in names for c in group)
         return tuple(out)
