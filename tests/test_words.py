@@ -11,7 +11,6 @@ import re
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 from serve_fakes import FakeVoice
 
 import voxserve
@@ -19,7 +18,6 @@ from voxserve.audio import Word, float_to_int16
 from voxserve.captions import cues, format_captions
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
 from voxserve.families.piper.words import text_words, word_spans
-from voxserve.serve.app import AppConfig, create_app
 
 DET = voxserve.DETERMINISTIC
 TEXT = "Hello, world! How are you today? I'm fine; thanks (mostly) for asking."
@@ -234,6 +232,11 @@ def det_voice(joe_voice):
 
 @pytest.fixture(scope="module")
 def http(det_voice):
+    # imported here: this module's CUDA test runs where no serving package is (scripts/gpu-check)
+    from fastapi.testclient import TestClient
+
+    from voxserve.serve.app import AppConfig, create_app
+
     fake = FakeVoice(name="fake", sample_rate=det_voice.sample_rate)
     # one sentence a batch: both forms then run the same shapes, so the samples can be compared exactly
     eng = Engine([det_voice, fake], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=1)))
