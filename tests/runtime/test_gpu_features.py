@@ -277,7 +277,12 @@ def test_cuda_offload_moves_stages(tiny_voice_path):
 @pytest.mark.cuda
 def test_cuda_compile_equals_eager(tiny_voice_path):
     eager = voxserve.load_voice(str(tiny_voice_path), device="cuda", runtime=voxserve.RuntimeOptions(cuda_graphs=False))
-    comp = voxserve.load_voice(str(tiny_voice_path), device="cuda", runtime=voxserve.RuntimeOptions(compile=True))
+    # compile turns graphs on, and loading captures (and so compiles, max-autotune) the whole grid
+    # (30 buckets by default): one bucket per stage here, so the test takes seconds, not minutes
+    small = GraphGrid(batch=(1,), tokens=(64,), frames=(1024,))
+    comp = voxserve.load_voice(str(tiny_voice_path), device="cuda",
+                               runtime=voxserve.RuntimeOptions(compile=True, graph_grid=small))
     ids = [[1, 0] + list(range(3, 40)) + [2]]
     o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
     assert np.abs(eager.synthesize_ids(ids, o)[0] - comp.synthesize_ids(ids, o)[0]).max() <= FP32_WAVE_ATOL
+    assert comp.runner.stages.stats["captures"] == 2
