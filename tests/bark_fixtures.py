@@ -19,6 +19,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# the Bark tests' sentences (here, not in tests/bark/conftest.py: a `from conftest import` resolves to
+# whichever conftest pytest imported last when one run collects several test folders)
+TEXTS = [
+    "hello world.", "i like pizza but also reading.", "the cat is on the mat.", "one two three four five six.",
+    "a dog.", "this is a long sentence and i like it", "seven eight", "short",
+]
+
 S = 40  # semantic vocabulary (EOS / semantic pad = S)
 C = 16  # EnCodec codebook size
 WORDS = ("hello world the a cat dog is on mat and i like pizza but also have other interests such as "

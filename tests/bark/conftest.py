@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-TEXTS = [
-    "hello world.", "i like pizza but also reading.", "the cat is on the mat.", "one two three four five six.",
-    "a dog.", "this is a long sentence and i like it", "seven eight", "short",
-]
-
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_torch_thread):

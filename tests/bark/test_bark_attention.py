@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TEXTS
+from bark_fixtures import TEXTS
 
 import voxserve
 from voxserve import SynthesisOptions

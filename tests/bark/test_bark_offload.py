@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from conftest import TEXTS
+from bark_fixtures import TEXTS
 
 import voxserve
 from voxserve.families.bark.runner import OFFLOAD_GROUPS

@@ -498,25 +498,3 @@ def test_serve_refuses_two_voices_with_one_name(tiny_bark_dir, monkeypatch):
     monkeypatch.chdir(tiny_bark_dir)
     assert list(load_voices(ServeSettings(device="cpu", voices=("bark:.",)))) == ["tiny-bark"]
     assert registry.resolve_voice("tiny-bark", allow_paths=False).family == "bark"  # the name resolves
-
-
-@pytest.mark.cuda
-def test_cuda_vits_and_bark_share_one_worker(tiny_bark_dir):
-    # unmeasured here (no GPU in the session that wrote it): both voices on one GPU, fp16, one
-    # worker thread (a second thread issuing work would break VITS's CUDA graph capture)
-    joe = voxserve.load_voice(device="cuda", dtype="fp16")
-    bark = voxserve.load_voice(f"bark:{tiny_bark_dir}", device="cuda", dtype="fp16")
-    eng = engine_for(joe, bark).start()
-    try:
-        assert len(eng._workers) == 1
-        sinks = []
-        for k in range(4):
-            for voice, opts in ((joe, voxserve.DETERMINISTIC), (bark, SynthesisOptions(seed=k, speaker=PRESETS[k % 3]))):
-                sinks.append((voice, Sink()))
-                eng.submit(voice.name, "Hello world. The cat is on the mat.", opts, sinks[-1][1])
-        for voice, s in sinks:
-            assert s.done.wait(120) and s.error is None, s.error
-            audio = s.joined()
-            assert audio.dtype == np.float32 and len(audio) > 0 and np.isfinite(audio).all()
-    finally:
-        eng.shutdown(10)

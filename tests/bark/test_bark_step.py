@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import TEXTS
+from bark_fixtures import TEXTS
 
 import voxserve
 from voxserve import SynthesisOptions

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 import cv2_fixtures as fx
 import cv2_onnx_fixtures as onnx_fx
@@ -38,6 +37,8 @@ def prompt_wav(tmp_path_factory):
     t = np.arange(2 * rate) / rate
     rng = np.random.default_rng(5)
     y = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 6)) * 0.2 + 0.01 * rng.standard_normal(t.size)
+    import soundfile as sf  # here: the CUDA tests run where soundfile is not (scripts/gpu-check)
+
     path = tmp_path_factory.mktemp("rec") / "prompt.wav"
     sf.write(path, y.astype(np.float32), rate)
     return path

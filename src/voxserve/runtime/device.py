@@ -1,4 +1,5 @@
-"""Device and dtype resolution."""
+"""Device and dtype resolution, and the precision policy of fp32 on CUDA (docs/precision.md):
+fp32 means fp32, TF32 off for convolutions and matrix products."""
 
 from __future__ import annotations
 
@@ -28,7 +29,18 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         raise ValueError("device 'cuda' was requested but this PyTorch build sees no CUDA GPU")
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or auto")
+    if dev.type == "cuda":
+        fp32_without_tf32()
     return dev
+
+
+def fp32_without_tf32() -> None:
+    """fp32 is fp32 on CUDA: PyTorch runs cuDNN convolutions in TF32 (10-bit mantissa) by default,
+    which moves a VITS voice's durations (docs/precision.md); fp16/bf16 are the speed paths.
+    Process-wide, as PyTorch's flags are. The legacy flags only: mixing them with the newer
+    `fp32_precision` settings makes reading either an error."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 @functools.cache

@@ -409,7 +409,7 @@ def _device_and_dtype(device, dtype, runtime: BarkRuntimeOptions):
 
     from ...runtime.device import resolve_device, resolve_dtype
 
-    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    dev = resolve_device(device)  # on CUDA also fp32 without TF32 (docs/precision.md)
     dt = resolve_dtype(dtype, dev)
     if runtime.attention == "flash_attention_2":
         from transformers.utils import is_flash_attn_2_available

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from ...errors import VoiceLoadError
+from ...runtime.device import resolve_device
 
 REQUIRED = ("cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "CosyVoice-BlankEN/config.json")
 PROMPT_MODELS = ("campplus.onnx", "speech_tokenizer_v2.onnx")
@@ -88,8 +89,7 @@ def load_cosyvoice2_voice(path: str | os.PathLike, name: str | None = None, devi
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
     p = Path(path).expanduser()
-    if device == "auto" or device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(resolve_device(device))  # and on CUDA, fp32 without TF32 (docs/precision.md)
     if is_saved_voice(p):
         model_dir, features = load_saved(p)
         model, runner = shared_model(model_dir, device, dtype, runtime)
