@@ -422,6 +422,9 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's 400 for JSON too deep to parse
+            return error_response(422, "request body is not valid JSON: nested too deeply", "invalid_request_error",
+                                  "invalid_json")
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         code = _HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "server_error")
         return error_response(exc.status_code, str(exc.detail), kind, code)
