@@ -305,7 +305,7 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
     Two voices with one name are refused (the second would silently replace the first)."""
     from .. import RuntimeOptions, load_voice
     from ..families import source_hint
-    from ..voices.registry import register_voice, resolve_voice, voice_sources
+    from ..voices.registry import check_reserved_name, register_voice, resolve_voice, voice_sources
 
     runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
     family_options = family_options or {}  # e.g. bert_dir (voxserve.families.load_options)
@@ -321,6 +321,10 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
                        limits=settings.limits(), **family_options)
         if name is not None:
             v.name = name
+        try:
+            check_reserved_name(v.name)
+        except ValueError as e:
+            raise ValueError(f"--voice {spec}: {e} (--voice OTHER_NAME={source})") from None
         if v.name in voices:
             raise ValueError(f"two voices are named {v.name!r} ({origin[v.name]} and {spec}): "
                              f"name one with --voice OTHER_NAME={source}")
