@@ -35,3 +35,62 @@ def assert_one_error_line(stderr: str, *words: str) -> None:
     lines = [ln for ln in stderr.strip().splitlines() if not ln.startswith("WARNING ")]
     assert "Traceback" not in stderr and len(lines) == 1, stderr
     assert lines[0].startswith("voxserve: error: ") and all(w in lines[0] for w in words), stderr
+
+
+def _hostile_voice(tiny_voice_path, folder, edit) -> str:
+    folder.mkdir(exist_ok=True)
+    shutil.copy(tiny_voice_path, folder / "hostile.onnx")
+    config = json.loads(tiny_voice_path.with_suffix(".onnx.json").read_text())
+    edit(config)
+    (folder / "hostile.onnx.json").write_text(json.dumps(config))
+    return str(folder / "hostile.onnx")
+
+
+def _set(*keys_value):
+    *keys, value = keys_value
+
+    def edit(config):
+        d = config
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+    return edit
+
+
+HOSTILE = [("audio.sample_rate", _set("audio", "sample_rate", 0)),
+           ("audio.sample_rate", _set("audio", "sample_rate", 2 ** 40)),
+           ("audio.sample_rate", _set("audio", "sample_rate", 22050.5)),
+           ("num_speakers", _set("num_speakers", 0)),
+           ("hop_length", _set("hop_length", -256)),
+           ("num_symbols", _set("num_symbols", 2 ** 40))]
+
+
+@pytest.mark.parametrize("key,edit", HOSTILE)
+def test_the_loader_refuses_a_hostile_voice_config_naming_the_key(tiny_voice_path, tmp_path, key, edit):
+    import voxserve
+    from voxserve.errors import VoiceLoadError
+
+    path = _hostile_voice(tiny_voice_path, tmp_path, edit)
+    with pytest.raises(VoiceLoadError, match=f"hostile.onnx.json: {key} must be an integer in"):
+        voxserve.load_voice(path, device="cpu")
+
+
+@pytest.mark.parametrize("value", [0, 2 ** 40])
+def test_say_with_a_hostile_voice_config_is_one_line_and_exit_2(tiny_voice_path, tmp_path, capsys, value):
+    from voxserve.cli import main
+
+    path = _hostile_voice(tiny_voice_path, tmp_path, _set("audio", "sample_rate", value))
+    assert main(["say", "Hello.", "-o", str(tmp_path / "a.wav"), "--voice", path, "--device", "cpu"]) == 2
+    assert_one_error_line(capsys.readouterr().err, "audio.sample_rate", str(value))
+    assert not (tmp_path / "a.wav").exists()
+
+
+@pytest.mark.parametrize("value", [0, 2 ** 40])
+def test_serve_with_a_hostile_voice_config_is_one_line_and_exit_2(tiny_voice_path, tmp_path, value):
+    from server_process import free_port
+
+    path = _hostile_voice(tiny_voice_path, tmp_path, _set("audio", "sample_rate", value))
+    # a subprocess with a deadline: a server that starts anyway fails the test instead of hanging it
+    r = _run(["serve", "--port", str(free_port()), "--no-warmup", "--voice", path, "--device", "cpu"], timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert_one_error_line(r.stderr, "audio.sample_rate", str(value))
