@@ -94,3 +94,29 @@ def test_serve_with_a_hostile_voice_config_is_one_line_and_exit_2(tiny_voice_pat
     r = _run(["serve", "--port", str(free_port()), "--no-warmup", "--voice", path, "--device", "cpu"], timeout=120)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert_one_error_line(r.stderr, "audio.sample_rate", str(value))
+
+
+def _small_file_limit():  # in the child: files may not grow past 200 kB (a full disk, as far as writes go)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+
+def test_say_with_a_full_cache_disk_runs_uncached_with_a_warning(tiny_voice_path, tmp_path):
+    """The converted weights (~1 MB for the tiny voice) cannot be written to the cache: safetensors
+    raises its own SafetensorError (not OSError), which killed say and serve; now the voice loads
+    uncached, with a warning. (Python ignores SIGXFSZ, so the write fails with EFBIG.)"""
+    import io
+
+    import soundfile as sf
+
+    cache = tmp_path / "cache"
+    r = subprocess.run(voxserve_command() + ["say", "Hello there.", "--voice", str(tiny_voice_path), "--device",
+                                             "cpu", "-o", "-"], cwd=ROOT, capture_output=True, timeout=300,
+                       env={**os.environ, "VOXSERVE_CACHE_DIR": str(cache)}, preexec_fn=_small_file_limit)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "Traceback" not in err and "could not write the voice cache" in err
+    y, _ = sf.read(io.BytesIO(r.stdout))
+    assert len(y) > 100
+    assert not [p for p in cache.rglob("*") if p.is_file()]  # no partial entry left behind
