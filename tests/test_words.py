@@ -67,10 +67,8 @@ def test_multi_sentence_silence_is_counted_in_whole_audio_times(joe_voice):
     check_words(a, WORDS)
     chunks = list(joe_voice.stream(TEXT, opts(sentence_silence=silence)))
     assert len(chunks) == 4 and not any(c.partial for c in chunks)  # "!", "?" and ";" end sentences
-    gap = int(round(silence * a.sample_rate))
     start = 0
-    for k, c in enumerate(chunks):  # each sentence's words lie inside that sentence's samples
-        start += gap if k else 0
+    for c in chunks:  # each sentence's words lie inside that sentence's samples (its silence at its end)
         lo, hi = start / a.sample_rate, (start + len(c.samples)) / a.sample_rate
         mine = [w for w in a.words if lo - EPS <= w.start and w.end <= hi + EPS]
         assert [w.word for w in mine] == [w.word for w in c.words]
@@ -109,7 +107,8 @@ def test_stream_chunks_are_consistent_with_the_whole(joe_voice, corpus):
     assert chunks[0].words and not chunks[1].words  # a sentence's words ride on its first chunk
     from voxserve.voice import joined_words
 
-    got = joined_words([(len(c.samples), c.words, c.partial) for c in chunks], whole.sample_rate, 0.2)
+    # each sentence's chunks hold its silence at their end: joined with none, as they come
+    got = joined_words([(len(c.samples), c.words, c.partial) for c in chunks], whole.sample_rate, 0.0)
     assert [w.word for w in got] == [w.word for w in whole.words]
     assert times(got) == pytest.approx(times(whole.words), abs=1e-9)
 

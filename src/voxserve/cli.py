@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -54,11 +55,20 @@ def options_from(ns: argparse.Namespace, options_type: type = SynthesisOptions):
     return options_type(**{name: getattr(ns, name) for name in option_rules(options_type)})
 
 
+DEFAULT_OUTPUT = "out.wav"
+SAY_FORMATS = ("wav", "flac", "ogg", "mp3", "opus", "aac", "pcm")
+
+
 def _read_text(ns: argparse.Namespace) -> str:
     if ns.text is not None and ns.file is not None:
         raise ValueError("give TEXT or -f FILE, not both")
     if ns.file is not None:
-        return sys.stdin.read() if ns.file == "-" else Path(ns.file).read_text(encoding="utf-8")
+        if ns.file == "-":
+            return sys.stdin.read()
+        try:
+            return Path(ns.file).read_text(encoding="utf-8")
+        except OSError as e:  # a missing or unreadable -f is bad input, like a bad flag
+            raise ValueError(f"cannot read {ns.file}: {e.strerror or e}") from None
     if ns.text is not None:
         return ns.text
     if sys.stdin.isatty():
@@ -66,20 +76,75 @@ def _read_text(ns: argparse.Namespace) -> str:
     return sys.stdin.read()
 
 
+def _say_output(ns: argparse.Namespace) -> str:
+    """-o, or out.wav when -o is left out; an existing out.wav is never replaced unasked (a
+    second `say` would silently lose the first one's audio): naming it with -o replaces it."""
+    if ns.output is not None:
+        return ns.output
+    if os.path.lexists(DEFAULT_OUTPUT):
+        raise ValueError(f"{DEFAULT_OUTPUT} exists: give -o {DEFAULT_OUTPUT} to replace it, or -o another file")
+    return DEFAULT_OUTPUT
+
+
+def _checked_output(path: str) -> None:
+    """An output that cannot be written (a directory, a missing folder) is bad input."""
+    from .outfile import check_output
+
+    try:
+        check_output(path)
+    except OSError as e:
+        raise ValueError(str(e)) from None
+
+
+def _say_format(ns: argparse.Namespace, output: str) -> str:
+    if ns.format:
+        return ns.format
+    if output == "-":
+        return "wav"
+    ext = Path(output).suffix.lower().lstrip(".")
+    formats = {f: f for f in SAY_FORMATS} | {"oga": "ogg", "raw": "pcm"}
+    if ext not in formats:
+        raise ValueError(f"cannot tell the audio format of {Path(output).name}; name the file .wav, .flac, .ogg, "
+                         f".mp3, .opus, .aac or .pcm, or give --format ({'|'.join(SAY_FORMATS)})")
+    return formats[ext]
+
+
+def _write_audio(out, sample_rate: int, fmt: str, chunks) -> None:
+    """`say`'s encoding: the library's writer (complete headers in a file), except where only
+    the server's stream encoders can: aac (ADTS), and opus at a rate Opus has not (resampled
+    to 48 kHz, as the server does)."""
+    from .audio import OPUS_RATES, open_stream_encoder, write_stream
+
+    if fmt != "aac" and not (fmt == "opus" and sample_rate not in OPUS_RATES):
+        write_stream(out, sample_rate, fmt, chunks)
+        return
+    enc = open_stream_encoder(fmt, sample_rate)
+    flush = getattr(out, "flush", lambda: None)
+    try:
+        for c in chunks:
+            out.write(enc.write(c))
+            flush()
+        out.write(enc.close())
+        flush()
+    finally:
+        enc.close()
+
+
 def cmd_say(ns: argparse.Namespace) -> int:
     from . import load_voice
-    from .audio import SentenceJoiner, check_format, format_from_path, write_stream
-    from .outfile import check_output, open_output
+    from .audio import SentenceJoiner
+    from .outfile import open_output
 
     text = _read_text(ns)
     options = options_from(ns).validate()
-    check_output(ns.output)
+    ns.output = _say_output(ns)
+    _checked_output(ns.output)
     if ns.captions is not None:
         from .captions import caption_format
 
         caption_format(ns.captions)
-        check_output(ns.captions)
-    fmt = check_format(ns.format) if ns.format else ("wav" if ns.output == "-" else format_from_path(Path(ns.output)))
+        _checked_output(ns.captions)
+    fmt = _say_format(ns, ns.output)
     limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
     voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits, **load_options_from(ns))
     if ns.captions is not None and not voice.word_timestamps:
@@ -110,9 +175,13 @@ def cmd_say(ns: argparse.Namespace) -> int:
     # opened only now: bad input or a missing voice leaves an existing file alone and no reader
     # of a pipe waiting; a pipe, a device or stdout gets each container's stream form
     with open_output(ns.output) as out:
-        write_stream(out, voice.sample_rate, fmt, chunks())
+        _write_audio(out, voice.sample_rate, fmt, chunks())
     if ns.output != "-":
-        print(f"wrote {ns.output} ({len(units)} sentences)", file=sys.stderr)
+        from .audio import OPUS_RATES
+
+        rate = f"; resampled to 48000 Hz, opus has no {voice.sample_rate} Hz" if (
+            fmt == "opus" and voice.sample_rate not in OPUS_RATES) else ""
+        print(f"wrote {ns.output} ({len(units)} sentences{rate})", file=sys.stderr)
     if ns.captions is not None:
         from .captions import write_captions
 
@@ -141,13 +210,14 @@ def cmd_voices_add(ns: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .families import get_family
-    from .voices.registry import resolve_voice, user_voice_dir
+    from .voices.registry import check_new_voice_name, resolve_voice, user_voice_dir
 
     model = resolve_voice(ns.model)
     fam = get_family(model.family)
     if fam.add_voice is None:
         raise ValueError(f"{ns.model} is a {fam.name} voice: that family makes no voices from recordings")
     folder = Path(ns.dir).expanduser() if ns.dir else user_voice_dir()
+    check_new_voice_name(ns.name, fam.name, folder)
     out = fam.add_voice(model, ns.name, Path(ns.prompt_wav).expanduser(), ns.prompt_text, folder)
     print(f"saved voice {ns.name!r} in {out}")
     return 0
@@ -161,9 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     say = sub.add_parser("say", help="synthesise text to an audio file")
     say.add_argument("text", nargs="?", help="text to say (or -f FILE, or stdin)")
     say.add_argument("-f", "--file", help="read the text from FILE ('-' = stdin)")
-    say.add_argument("-o", "--output", default="out.wav", help="output file, '-' for stdout (default out.wav)")
+    say.add_argument("-o", "--output", default=None,
+                     help=f"output file, '-' for stdout (default {DEFAULT_OUTPUT}, which is not replaced if it "
+                          f"exists: give -o {DEFAULT_OUTPUT} for that)")
     say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, bark:DIR (a local Bark checkpoint) or sbv2:DIR (a Style-Bert-VITS2 model folder; with --bert-dir) (default en_US-joe-medium)")
-    say.add_argument("--format", choices=["wav", "flac", "ogg", "mp3", "opus", "pcm"], help="default: from -o's extension")
+    say.add_argument("--format", choices=SAY_FORMATS,
+                     help="default: from -o's extension (opus at a voice rate Opus has not is resampled to 48 kHz)")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     say.add_argument("--dtype", default=None, help="fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)")
     say.add_argument("--max-audio-seconds", type=float, default=None,

@@ -329,8 +329,15 @@ class Voice(ABC):
         """One AudioChunk per sentence, in order; the first sentence runs alone so that it
         arrives as soon as possible (a long one in two chunks: a head, `partial=True`, then the
         rest; see `run_pieces`), later ones in growing batches. Memory stays bounded by one
-        batch, whatever the length of the text."""
-        return self.stream_units(self.units(text, options), self.silence_after(options))
+        batch, whatever the length of the text.
+
+        The sentence silence (`sentence_silence`) is in the stream as in `synthesize`: at the end
+        of the chunk that ends each sentence but the last, so that the chunks joined are the
+        whole audio and each chunk's words stay relative to its start."""
+        silence = self.silence_after(options)
+        chunks = self.stream_units(self.units(text, options), silence)
+        gap = silence_samples(silence, self.sample_rate)
+        return _with_silence(chunks, gap) if gap else chunks
 
     def stream_units(self, units: Iterator[Unit], silence_s: float = 0.0) -> Iterator[AudioChunk]:
         """Run units (from `units()`) in batches of 1, 2, 4, ... and yield their audio in order.
@@ -415,6 +422,17 @@ class Voice(ABC):
             if len(batch) >= max_n or cost >= max_cost:
                 break
         return batch
+
+
+def _with_silence(chunks: Iterator[AudioChunk], gap: int) -> Iterator[AudioChunk]:
+    """`gap` samples of silence after every sentence's last chunk but the last sentence's (the
+    SentenceJoiner's rule, from the other side: after a sentence rather than before the next,
+    so that no chunk waits for the next sentence and the words need no shift)."""
+    for c in chunks:
+        if c.partial or c.is_last:
+            yield c
+        else:
+            yield replace(c, samples=np.concatenate([c.samples, np.zeros(gap, np.float32)]))
 
 
 def _raise_failed(result: tuple):

@@ -49,3 +49,25 @@ def test_a_family_without_cloning_is_refused(tmp_path, prompt_wav, capsys):
                "--prompt-text", "hi", "--dir", str(tmp_path)])
     assert rc != 0
     assert "no voices from recordings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,message", [("en_US-joe-medium", "taken by the piper voice"),
+                                          ("alloy", "OpenAI's voice names"), ("Nova", "OpenAI's voice names")])
+def test_a_taken_or_reserved_name_is_refused(cv2_dir, prompt_wav, tmp_path, monkeypatch, capsys, name, message):
+    folder = tmp_path / "voices"
+    monkeypatch.setenv("VOXSERVE_VOICES_PATH", str(folder))
+    rc = main(["voices", "add", name, "--model", f"cosyvoice2:{cv2_dir}", "--prompt-wav", str(prompt_wav),
+               "--prompt-text", "Hello, this is my voice.", "--dir", str(folder)])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not folder.exists() or not any(folder.iterdir())  # nothing saved
+    from voxserve.voices.registry import resolve_voice
+
+    assert resolve_voice("en_US-joe-medium").family == "piper"  # the Piper voice is not shadowed
+
+
+def test_saving_a_voice_again_in_its_folder_replaces_it(saved, cv2_dir, prompt_wav):
+    rc = main(["voices", "add", "me", "--model", f"cosyvoice2:{cv2_dir}", "--prompt-wav", str(prompt_wav),
+               "--prompt-text", "A new take of my voice.", "--dir", str(saved)])
+    assert rc == 0
+    assert "A new take" in (saved / "me.cosyvoice2" / "voice.json").read_text()

@@ -166,6 +166,16 @@ def test_native_error_statuses(client):
     assert_error(c.get("/v1/synthesize"), 405)
 
 
+@pytest.mark.parametrize("route", ["/v1/synthesize", "/v1/audio/speech", "/v1/audio/captioned_speech"])
+def test_json_nested_too_deeply_is_invalid_json(client, route):
+    """Deeper than the JSON parser goes (RecursionError in FastAPI's parse): 422 invalid_json, as
+    for any body that does not parse, not a bare 400 (docs/serving.md)."""
+    c, *_ = client
+    for deep in ("[" * 1500 + "]" * 1500, '{"input": "hi", "voice": "alloy", "x": ' + "[" * 1500 + "]" * 1500 + "}"):
+        assert_error(c.post(route, content=deep.encode(), headers={"content-type": "application/json"}), 422,
+                     "invalid_json", None)
+
+
 def test_voices_models_health_ready_metrics(client):
     c, *_ = client
     v = c.get("/v1/voices").json()

@@ -302,6 +302,24 @@ async def _too_many_connections(scope, receive, send) -> None:
     await r(scope, receive, send)
 
 
+class _WarmupSink:
+    """The warm-up sentence's sink (the engine's Sink contract): drops the audio, keeps the end."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
+        pass
+
+    def on_done(self, n_sentences: int) -> None:
+        self.done.set()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
 # ----------------------------------------------------------------------------- the app
 def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     """The HTTP app around an engine. The app starts the engine (if needed) and warms it up on
@@ -314,24 +332,25 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     default_voice = next(iter(engine.voices))
     ready = threading.Event()
 
+    warmed: list[str] = []  # the voices whose warm-up ran to the end, in order (app.state.warmed_up)
+
     def warm_up() -> None:
-        try:
-            for name in engine.voices:
+        for name in engine.voices:
+            try:
                 # Until `ready` is set every request is refused (503), so no batch can be on the
                 # worker: the voice's own warm-up (CPU: per-shape kernels; CUDA: graph capture)
                 # may use the model from this thread.
                 engine.warm_voice(name)
-                done = threading.Event()
-
-                class _S:
-                    def on_audio(self, *a): pass
-                    def on_done(self, n): done.set()
-                    def on_error(self, e): done.set()
-
-                engine.submit(name, "Hello.", None, _S())
-                done.wait(300)
-        except Exception:  # a failed warm-up leaves a slower first request, not a dead server
-            log.exception("warm-up failed")
+                sink = _WarmupSink()
+                engine.submit(name, "Hello.", None, sink)
+                if not sink.done.wait(300):
+                    log.warning("warm-up of voice %s: no answer in 300 s; its first request may be slow", name)
+                elif sink.error is not None:
+                    log.warning("warm-up of voice %s failed (%s); its first request may be slow", name, sink.error)
+                else:
+                    warmed.append(name)
+            except Exception:  # a failed warm-up leaves a slower first request, not a dead server
+                log.exception("warm-up of voice %s failed", name)
         ready.set()
 
     @asynccontextmanager
@@ -352,6 +371,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     app.state.config = config
     app.state.metrics = metrics
     app.state.ready = ready
+    app.state.warmed_up = warmed
 
     # --------------------------------------------------------------- error mapping
     @app.exception_handler(VoxserveError)
@@ -374,6 +394,9 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's 400 for JSON too deep to parse
+            return error_response(422, "request body is not valid JSON: nested too deeply", "invalid_request_error",
+                                  "invalid_json")
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         code = _HTTP_CODES.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "server_error")
         return error_response(exc.status_code, str(exc.detail), kind, code)

@@ -305,7 +305,7 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
     Two voices with one name are refused (the second would silently replace the first)."""
     from .. import RuntimeOptions, load_voice
     from ..families import source_hint
-    from ..voices.registry import register_voice, resolve_voice, voice_sources
+    from ..voices.registry import check_reserved_name, register_voice, resolve_voice, voice_sources
 
     runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
     family_options = family_options or {}  # e.g. bert_dir (voxserve.families.load_options)
@@ -321,6 +321,10 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
                        limits=settings.limits(), **family_options)
         if name is not None:
             v.name = name
+        try:
+            check_reserved_name(v.name)
+        except ValueError as e:
+            raise ValueError(f"--voice {spec}: {e} (--voice OTHER_NAME={source})") from None
         if v.name in voices:
             raise ValueError(f"two voices are named {v.name!r} ({origin[v.name]} and {spec}): "
                              f"name one with --voice OTHER_NAME={source}")
@@ -370,6 +374,11 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag
         raise ValueError(str(e)) from None
+    check_can_listen(settings.host, settings.port)  # before the announcement: a busy port is one line
+    if wyoming is not None:
+        kind, wy_host, wy_port = _wyoming_module().parse_uri(wyoming.uri)
+        if kind == "tcp":
+            check_can_listen(wy_host, wy_port)
     if ns.no_warmup:
         from dataclasses import replace
 
@@ -385,7 +394,12 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port} "
           f"(batches at once per device: {lanes})", flush=True)
     if wyoming is None:
-        server.run()
+        try:
+            server.run()
+        except SystemExit:
+            if not server.started:  # bound by another process after our check (uvicorn logged why)
+                raise ValueError(f"cannot listen on {settings.host}:{settings.port}") from None
+            raise
         return 0
     import asyncio
 
@@ -397,6 +411,27 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # what server.run() does
         runner.run(serve_with_http(server, app.state.ready, engine, wyoming, on_ready=listening))
     return 0
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Fail (bad input: exit 2) when HOST:PORT cannot be listened on (in use, not ours to bind,
+    no such address), as uvicorn would bind it (SO_REUSEADDR: a port in TIME_WAIT is free)."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise ValueError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            why = ("another program listens there: stop it or give --port N" if e.errno == errno.EADDRINUSE
+                   else e.strerror or str(e))
+            raise ValueError(f"cannot listen on {host}:{port}: {why}") from None
 
 
 def _raise_fd_limit(needed: int) -> None:

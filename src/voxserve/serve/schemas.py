@@ -15,12 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from ..options import OptionRule, SynthesisOptions, option_rules
 
-# OpenAI's voice names. They map to the server's default voice (the first --voice), since no
-# Piper voice is a copy of them; a client written for OpenAI then works unchanged.
-OPENAI_VOICES = frozenset({
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
-    "marin", "cedar",
-})
+from ..voices.registry import OPENAI_VOICES  # noqa: F401  (the aliases; reserved as voice names there)
+
 # Model names OpenAI clients send (the SDK's SpeechModel); all of them mean "this server's engine".
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 MODEL_ID = "voxserve"

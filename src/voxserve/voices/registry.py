@@ -23,6 +23,34 @@ from ..errors import UnknownVoiceError, VoiceLoadError
 
 DEFAULT_VOICE = "en_US-joe-medium"
 
+# OpenAI's voice names. The server maps them to its default voice (the first --voice), since no
+# voice here is a copy of them; a client written for OpenAI then works unchanged. So no voice may
+# be named one of them (in any case): the alias would hide it.
+OPENAI_VOICES = frozenset({
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
+    "marin", "cedar",
+})
+
+
+def check_reserved_name(name: str) -> None:
+    """A name the server gives another meaning (an OpenAI alias) is refused as a voice's name."""
+    if name.lower() in OPENAI_VOICES:
+        raise ValueError(f"{name!r} is one of OpenAI's voice names, which the server maps to its default "
+                         f"voice: a voice of that name would never be reached there; choose another name")
+
+
+def check_new_voice_name(name: str, family: str, folder: Path) -> None:
+    """Refuse a new voice's name that is reserved or taken by another voice (which one of the two
+    loads by that name would depend on where each lies). Saving again over the same family's
+    voice in the same folder (a new recording for it) is allowed."""
+    check_reserved_name(name)
+    taken = voice_sources().get(name)
+    if taken is None:
+        return
+    same = taken.family == family and Path(taken.path).resolve().parent == Path(folder).expanduser().resolve()
+    if not same:
+        raise ValueError(f"the name {name!r} is taken by the {taken.family} voice at {taken.path}; choose another name")
+
 
 @dataclass(frozen=True)
 class VoiceSource:

@@ -117,8 +117,12 @@ def load_cached(
         if got is not None:
             return got
     dims, tensors = convert(source)
+    from safetensors import SafetensorError
+
     try:
         _write_entry(entry, sha, dims, tensors)
-    except OSError as e:  # read-only home, full disk: still usable, just slower next time
-        log.warning("could not write the voice cache at %s: %s", entry, e)
+    except (OSError, SafetensorError) as e:
+        # read-only home, full disk (safetensors reports a failed write as its own error, not
+        # OSError): the voice is loaded all the same, only the next load converts it again
+        log.warning("could not write the voice cache at %s (%s); going on without it", entry, e)
     return dims, tensors

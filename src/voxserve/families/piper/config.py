@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from ...errors import VoiceLoadError
+
+
+# Bounds of a config's integers, far outside any real voice (16-48 kHz, hop 256, a few hundred
+# symbols and up to ~900 speakers) and far inside what would break the process.
+SAMPLE_RATES = (1000, 384_000)
+MAX_SYMBOLS = 1 << 16
+MAX_SPEAKERS = 1 << 16
+MAX_HOP = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -67,19 +76,33 @@ class VoiceConfig:
         speaker_map = {str(k): int(v) for k, v in (d.get("speaker_id_map") or {}).items()}
         pmap = {str(k): tuple(v) for k, v in (d.get("phoneme_map") or {}).items()}
         clusters = d.get("vowel_clusters")
-        num_symbols = int(d.get("num_symbols", max(i for ids in id_map.values() for i in ids) + 1))
+        def bounded(key: str, value: Any, lo: int, hi: int) -> int:
+            """An integer setting within lo..hi (a number, or its digits as a string): a hostile
+            or broken config fails here, naming the key, not later as a division by zero or an
+            allocation of 2^40 samples."""
+            v = value
+            if isinstance(value, str):
+                try:
+                    v = int(value.strip())
+                except ValueError:
+                    pass
+            elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                v = int(value)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise VoiceLoadError(f"{source}: {key} must be an integer in {lo}..{hi}, not {value!r}")
+            return v
+
+        num_symbols = bounded("num_symbols", d.get("num_symbols", max(i for ids in id_map.values() for i in ids) + 1),
+                              1, MAX_SYMBOLS)
         lang = d.get("language", {}) or {}
-        try:
-            sample_rate = int(need("audio", "sample_rate"))
-        except (TypeError, ValueError) as e:
-            raise VoiceLoadError(f"{source}: audio.sample_rate must be an integer") from e
+        sample_rate = bounded("audio.sample_rate", need("audio", "sample_rate"), *SAMPLE_RATES)
         return cls(
             name=name,
             sample_rate=sample_rate,
             espeak_voice=str(need("espeak", "voice")),
             phoneme_id_map=MappingProxyType(id_map),
             num_symbols=num_symbols,
-            num_speakers=int(d.get("num_speakers", 1)),
+            num_speakers=bounded("num_speakers", d.get("num_speakers", 1), 1, MAX_SPEAKERS),
             speaker_id_map=MappingProxyType(speaker_map),
             phoneme_type=phoneme_type,
             phoneme_map=MappingProxyType(pmap),
@@ -87,7 +110,7 @@ class VoiceConfig:
             noise_scale=float(inference.get("noise_scale", 0.667)),
             length_scale=float(inference.get("length_scale", 1.0)),
             noise_w=float(inference.get("noise_w", 0.8)),
-            hop_length=int(d.get("hop_length", 256)),
+            hop_length=bounded("hop_length", d.get("hop_length", 256), 1, MAX_HOP),
             default_speaker_id=int(d.get("default_speaker_id", 0)),
             language=str(lang.get("code", "") if isinstance(lang, Mapping) else lang),
             quality=str((d.get("audio") or {}).get("quality", "")),
