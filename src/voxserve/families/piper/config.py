@@ -9,6 +9,24 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ...errors import VoiceLoadError
+from ...langcodes import tag
+
+
+def config_language(d: Mapping[str, Any]) -> str:
+    """The `language.code` of an `.onnx.json` ("en_US"; older configs give a bare string)."""
+    lang = d.get("language", {}) or {}
+    return str(lang.get("code", "") if isinstance(lang, Mapping) else lang)
+
+
+def language_codes(language: str, espeak_voice: str) -> list[str]:
+    """A Piper voice's BCP-47 tags (one): its config's `language.code` ("en_US" -> "en-US"),
+    else its espeak-ng voice ("en-us" -> "en-US"); none if neither is a language code."""
+    for code in (language, espeak_voice):
+        try:
+            return [tag(code)]
+        except ValueError:
+            continue
+    return []
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,10 @@ class VoiceConfig:
     default_speaker_id: int = 0
     language: str = ""
     quality: str = ""
+
+    @property
+    def language_codes(self) -> list[str]:
+        return language_codes(self.language, self.espeak_voice)
 
     @property
     def speakers(self) -> list[str]:
@@ -68,7 +90,6 @@ class VoiceConfig:
         pmap = {str(k): tuple(v) for k, v in (d.get("phoneme_map") or {}).items()}
         clusters = d.get("vowel_clusters")
         num_symbols = int(d.get("num_symbols", max(i for ids in id_map.values() for i in ids) + 1))
-        lang = d.get("language", {}) or {}
         try:
             sample_rate = int(need("audio", "sample_rate"))
         except (TypeError, ValueError) as e:
@@ -89,7 +110,7 @@ class VoiceConfig:
             noise_w=float(inference.get("noise_w", 0.8)),
             hop_length=int(d.get("hop_length", 256)),
             default_speaker_id=int(d.get("default_speaker_id", 0)),
-            language=str(lang.get("code", "") if isinstance(lang, Mapping) else lang),
+            language=config_language(d),
             quality=str((d.get("audio") or {}).get("quality", "")),
         )
 
