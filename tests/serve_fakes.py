@@ -20,6 +20,8 @@ class FakeVoice:
 
     family = "fake"
     limits = DEFAULT_LIMITS
+    languages: tuple[str, ...] = ()  # as Voice's: no language option, languages not known
+    language_codes: tuple[str, ...] = ()
 
     def silence_after(self, options) -> float:
         return float(options.sentence_silence or 0.0) if options else 0.0

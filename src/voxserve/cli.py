@@ -202,7 +202,7 @@ def cmd_voices(ns: argparse.Namespace) -> int:
     for info in infos:
         speakers = info.get("speakers") or []
         extra = f"  {len(speakers)} speakers" if speakers else ""
-        print(f"{info['name']:<28} {info.get('language', ''):<8} {info.get('sample_rate', '')!s:>6} Hz{extra}  {info['path']}")
+        print(f"{info['name']:<28} {','.join(info.get('languages') or ()):<8} {info.get('sample_rate', '')!s:>6} Hz{extra}  {info['path']}")
     return 0
 
 

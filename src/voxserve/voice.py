@@ -239,7 +239,18 @@ class Voice(ABC):
 
     @property
     def languages(self) -> list[str]:
-        """Values `SynthesisOptions.language` takes, for voices that speak several."""
+        """Values `SynthesisOptions.language` takes, for voices that speak several (SBV2's
+        "JP", "EN"); empty for a voice that has no such option. What listings show is
+        `language_codes`."""
+        return []
+
+    @property
+    def language_codes(self) -> list[str]:
+        """The languages the voice speaks as BCP-47 tags (`voxserve.langcodes.tag`: "en-US",
+        "ja"), from its family's config: the one source of every listing (HTTP voices routes,
+        Wyoming's info, the playground); each family's `describe` gives the same list for the
+        voice unloaded. Where `languages` is not empty, `SynthesisOptions.language` accepts each
+        of these tags too. Empty = not known."""
         return []
 
     def step_runner(self) -> StepRunner | None:

@@ -269,7 +269,7 @@ def test_voices_lists_bark_with_its_presets(app_client):
     c, *_ = app_client
     voices = {v["name"]: v for v in c.get("/v1/voices").json()["voices"]}
     assert voices["tiny-bark"] == {"name": "tiny-bark", "family": "bark", "sample_rate": 24000,
-                                   "speakers": PRESETS, "styles": [], "languages": [], "default": False}
+                                   "speakers": PRESETS, "styles": [], "languages": ["en"], "default": False}
     assert voices["en_US-joe-medium"]["sample_rate"] == 22050 and voices["en_US-joe-medium"]["default"]
 
 

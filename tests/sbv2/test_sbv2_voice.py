@@ -168,7 +168,7 @@ def test_served_next_to_other_voices(voices):
     with TestClient(create_app(eng, AppConfig(warmup=False))) as c:
         listed = {v["name"]: v for v in c.get("/v1/voices").json()["voices"]}
         assert listed["sbv2"]["styles"] == ["Neutral", "Happy", "Sad", "Angry"]
-        assert listed["sbv2"]["speakers"] == ["spk_a", "spk_b", "spk_c"] and listed["sbv2"]["languages"] == ["JP"]
+        assert listed["sbv2"]["speakers"] == ["spk_a", "spk_b", "spk_c"] and listed["sbv2"]["languages"] == ["ja"]
         body = {"voice": "sbv2", "text": "今日はいい天気ですね。", "response_format": "pcm", "style": "Sad",
                 "style_weight": 2.0, "noise_scale": 0.0, "noise_w": 0.0, "sdp_ratio": 0.0}
         r = c.post("/v1/synthesize", json=body)

@@ -221,9 +221,9 @@ def test_describe_lists_every_voice_with_languages_and_speakers(real_engine):
     assert program.supports_synthesize_streaming is True
     voices = {v.name: v for v in program.voices}
     assert set(voices) == {"en_US-joe-medium", "tiny-multi"}
-    assert voices["en_US-joe-medium"].languages == ["en_US"]
+    assert voices["en_US-joe-medium"].languages == ["en-US"]
     assert not voices["en_US-joe-medium"].speakers  # single speaker
-    assert voices["tiny-multi"].languages == ["en_US"]
+    assert voices["tiny-multi"].languages == ["en-US"]
     assert [s.name for s in voices["tiny-multi"].speakers] == ["spk0", "spk1", "spk2"]
 
 

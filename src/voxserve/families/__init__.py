@@ -70,7 +70,8 @@ class Family:
     check: Callable[[VoiceSource], None] | None = None
     """check(source) raises VoiceLoadError if a source given by path cannot load (files missing)."""
     describe: Callable[[VoiceSource], dict] | None = None
-    """describe(source) -> extra fields for `voxserve voices` (language, sample_rate, ...)."""
+    """describe(source) -> extra fields for `voxserve voices` (sample_rate, ...); `languages`: the
+    BCP-47 tags the voice speaks, the same list as its loaded `Voice.language_codes`."""
     scan: Callable[[Path], Iterable[VoiceSource]] | None = None
     """scan(folder) -> this family's voices in a folder of $VOXSERVE_VOICES_PATH."""
     packaged: Callable[[], Iterable[VoiceSource]] | None = None

@@ -591,7 +591,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         for name, v in engine.voices.items():
             out.append(VoiceInfo(name=name, family=getattr(v, "family", ""), sample_rate=v.sample_rate,
                                  speakers=list(v.speakers), styles=list(getattr(v, "styles", ())),
-                                 languages=list(getattr(v, "languages", ())), default=name == default_voice))
+                                 languages=list(v.language_codes), default=name == default_voice))
         return VoicesResponse(voices=out, openai_aliases=sorted(OPENAI_VOICES))
 
     @app.get("/v1/audio/voices", response_model=AudioVoicesResponse)

@@ -138,7 +138,8 @@ class VoiceInfo(BaseModel):
     speakers: list[str]
     styles: list[str] = []
     languages: list[str] = []
-    """For voices that speak several (the `language` option)."""
+    """The languages it speaks, BCP-47 ("en-US", "ja": `Voice.language_codes`); where it
+    speaks several, the `language` option takes each."""
     default: bool
 
 

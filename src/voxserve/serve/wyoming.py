@@ -131,21 +131,6 @@ def error_code(exc: BaseException) -> str:
     return "server_error"
 
 
-def voice_languages(name: str, voice) -> list[str]:
-    """The languages a voice speaks: its own list where it speaks several, else the language
-    its source describes (a Piper voice's config), else none."""
-    langs = list(getattr(voice, "languages", ()) or ())
-    if langs:
-        return langs
-    from ..voices.registry import resolve_voice
-
-    try:
-        lang = resolve_voice(name, allow_paths=False).describe().get("language")
-    except (VoxserveError, OSError, ValueError):
-        return []
-    return [lang] if lang else []
-
-
 def _lang_key(lang: str) -> str:
     return lang.replace("-", "_").lower()
 
@@ -529,7 +514,7 @@ class WyomingServer:
         self.config = (config or WyomingConfig()).validate()
         self.ready = ready
         self.default_voice = next(iter(engine.voices))
-        self.languages = {name: voice_languages(name, v) for name, v in engine.voices.items()}  # (fixed at start)
+        self.languages = {name: list(v.language_codes) for name, v in engine.voices.items()}  # (fixed at start)
         self._info: Info | None = None
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -551,14 +536,13 @@ class WyomingServer:
 
     def voice_for_language(self, lang: str) -> tuple[str, str | None]:
         """The first voice speaking `lang` ("en" matches "en_US"; "-" and "_" alike), and the
-        language option to pass if the voice speaks several."""
+        language option to pass (the tag) if the voice speaks several."""
         want = _lang_key(lang)
         for name, v in self.engine.voices.items():
-            own = list(getattr(v, "languages", ()) or ())
             for have in self.languages[name]:
                 key = _lang_key(have)
                 if key == want or key.split("_")[0] == want:
-                    return name, (have if have in own else None)
+                    return name, (have if v.languages else None)  # the option takes the tags
         raise InvalidInputError(f"no voice here speaks {lang!r} (voices: {', '.join(self.engine.voices)})")
 
     def check_ready(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...errors import VoiceLoadError
 from ...voices.registry import VoiceSource
 from .. import Family, register_family
 from .options import BarkRuntimeOptions, BarkVoiceConfig
@@ -36,6 +37,18 @@ def _hint(path: Path) -> str | None:
     return None
 
 
+def _describe(src: VoiceSource) -> dict:
+    from .voice import language_codes, preset_names  # the voice's code only when asked (CLI start-up)
+
+    try:
+        cfg = json.loads((src.path / "config.json").read_text(encoding="utf-8"))
+        presets = preset_names(src.path)
+        return {"languages": language_codes(presets),
+                "sample_rate": (cfg.get("codec_config") or {}).get("sampling_rate"), "speakers": presets}
+    except (OSError, ValueError, AttributeError, TypeError, VoiceLoadError):
+        return {"error": "unreadable config"}
+
+
 def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, **_):
     """`runtime`: a BarkRuntimeOptions, or a voxserve.RuntimeOptions of which only `offload`
     and `threads` apply. Other load_voice options (max_phonemes) do not apply to Bark."""
@@ -53,6 +66,7 @@ FAMILY = register_family(Family(
     source=_source,
     prefix="bark",
     hint=_hint,
+    describe=_describe,
     frontend="normalise (keeping ♪), split into sentences of at most ~10 s, Bark's BERT tokenizer",
     runner_kind="step",
 ))

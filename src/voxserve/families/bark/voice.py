@@ -151,35 +151,67 @@ def check_preset_fits(name: str, arrays: Mapping[str, np.ndarray], runner) -> No
                                  f"(min {a.min()}, max {a.max()}): made for another model?")
 
 
+def _index_entries(d: Path) -> tuple[dict[str, dict[str, Path]], list[str]]:
+    """speaker_embeddings_path.json of a checkpoint: {name: {key: file}} of the presets whose
+    files are all there, and the names of those listed without them."""
+    index = d / "speaker_embeddings_path.json"
+    if not index.exists():
+        return {}, []
+    try:
+        entries = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise VoiceLoadError(f"{index}: unreadable ({e})") from e
+    found, unavailable = {}, []
+    for name, files in entries.items():
+        if name == "repo_or_path":  # where transformers downloaded from; paths are relative to d
+            continue
+        if not isinstance(files, dict):
+            raise VoiceLoadError(f"{index}: entry {name!r} is not a mapping of prompt files")
+        paths = {k: _inside(d, str(files.get(k, ""))) for k in PRESET_KEYS}
+        if all(k in files and p.is_file() for k, p in paths.items()):
+            found[name] = paths
+        else:
+            unavailable.append(name)
+    return found, unavailable
+
+
+def _npz_presets(d: Path) -> list[tuple[str, Path]]:
+    npz_dir = d / "presets"
+    sources = sorted(npz_dir.rglob("*.npz")) if npz_dir.is_dir() else []
+    return [(p.relative_to(npz_dir).with_suffix("").as_posix(), p) for p in sources]
+
+
+def preset_names(d: Path) -> list[str]:
+    """The names of the speaker presets `load_presets(d)` loads, without reading them, sorted."""
+    return sorted(set(_index_entries(d)[0]) | {n for n, _ in _npz_presets(d)})
+
+
+BARK_LANGUAGES = ("en", "de", "es", "fr", "hi", "it", "ja", "ko", "pl", "pt", "ru", "tr", "zh")
+"""The languages Bark speaks (suno-ai/bark's README; its presets are named after them)."""
+_PRESET_LANGUAGE = re.compile(r"(?:^|/)([a-z]{2,3})_speaker_\d+$")  # "v2/en_speaker_6" -> en
+
+
+def language_codes(presets: Sequence[str]) -> list[str]:
+    """A Bark voice's BCP-47 tags: the languages of its speaker presets ("v2/en_speaker_6" ->
+    "en"), or Bark's languages if no preset is named after one (a checkpoint without presets
+    speaks whatever language the text is in)."""
+    found = [m.group(1) for n in presets if (m := _PRESET_LANGUAGE.search(n))]
+    return list(dict.fromkeys(found)) or list(BARK_LANGUAGES)
+
+
 def load_presets(d: Path, extra: Mapping[str, str | os.PathLike] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Speaker presets of a checkpoint directory: speaker_embeddings_path.json entries,
     DIR/presets/**/*.npz, then `extra` ({name: .npz path}); later sources win."""
     presets: dict[str, dict[str, np.ndarray]] = {}
     index = d / "speaker_embeddings_path.json"
-    if index.exists():
-        try:
-            entries = json.loads(index.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise VoiceLoadError(f"{index}: unreadable ({e})") from e
-        unavailable = []
-        for name, files in entries.items():
-            if name == "repo_or_path":  # where transformers downloaded from; paths are relative to d
-                continue
-            if not isinstance(files, dict):
-                raise VoiceLoadError(f"{index}: entry {name!r} is not a mapping of prompt files")
-            paths = {k: _inside(d, str(files.get(k, ""))) for k in PRESET_KEYS}
-            if not all(k in files and p.is_file() for k, p in paths.items()):
-                unavailable.append(name)
-                continue
-            presets[name] = _check_preset(name, {k: np.load(p, allow_pickle=False) for k, p in paths.items()}, str(index))
-        if unavailable:
-            shown = ", ".join(unavailable[:5]) + (" ..." if len(unavailable) > 5 else "")
-            log.warning("%s: %d speaker presets listed without their files, left out: %s",
-                        d, len(unavailable), shown)
-    npz_dir = d / "presets"
-    sources = sorted(npz_dir.rglob("*.npz")) if npz_dir.is_dir() else []
-    named = [(p.relative_to(npz_dir).with_suffix("").as_posix(), p) for p in sources]
-    named += [(n, Path(p)) for n, p in (extra or {}).items()]
+    found, unavailable = _index_entries(d)
+    for name, paths in found.items():
+        presets[name] = _check_preset(name, {k: np.load(p, allow_pickle=False) for k, p in paths.items()}, str(index))
+    if unavailable:
+        shown = ", ".join(unavailable[:5]) + (" ..." if len(unavailable) > 5 else "")
+        log.warning("%s: %d speaker presets listed without their files, left out: %s",
+                    d, len(unavailable), shown)
+    named = _npz_presets(d) + [(n, Path(p)) for n, p in (extra or {}).items()]
     for name, p in named:
         if not p.is_file():
             raise VoiceLoadError(f"speaker preset {name!r}: file not found: {p}")
@@ -221,6 +253,10 @@ class BarkVoice(Voice):
     @property
     def speakers(self) -> list[str]:
         return sorted(self._presets)
+
+    @property
+    def language_codes(self) -> list[str]:
+        return language_codes(self.speakers)
 
     def preset(self, name: str) -> dict[str, np.ndarray]:
         return self._presets[name]

@@ -24,6 +24,10 @@ from ...voices.registry import VoiceSource
 from .. import Family, register_family
 
 NAME = "cosyvoice2"
+LANGUAGE_CODES = ("zh", "en", "ja", "ko", "yue")
+"""What a CosyVoice 2 model speaks (BCP-47), as upstream's model card states it: Chinese, English,
+Japanese, Korean and Cantonese (its other Chinese dialects have no tag of their own). The text
+goes to the model as written (English spoken-form normalisation aside): no per-language front end."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def _scan(folder: Path):
 def _describe(src: VoiceSource) -> dict:
     from .store import is_saved_voice, read_voice_info
 
-    info: dict = {"sample_rate": 24000, "language": "multi"}
+    info: dict = {"sample_rate": 24000, "languages": list(LANGUAGE_CODES)}
     if is_saved_voice(src.path):
         try:
             meta = read_voice_info(src.path)

@@ -31,6 +31,7 @@ from ...text.frontend import check_text
 from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
 from ...voice import Unit, Voice, limited, run_steps, sentence_seed
+from . import LANGUAGE_CODES
 
 CHARS_PER_SECOND = 14.0  # read English: ~150 words a minute
 WIDE_CHAR_WEIGHT = 3  # a CJK character is about a syllable
@@ -118,6 +119,10 @@ class CosyVoice2Voice(Voice):
     @property
     def speakers(self) -> list[str]:
         return sorted(self._prompts)
+
+    @property
+    def language_codes(self) -> list[str]:
+        return list(LANGUAGE_CODES)
 
     def prompt(self, speaker: int | str | None) -> CosyPrompt:
         if speaker is None:

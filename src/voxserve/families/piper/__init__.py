@@ -16,6 +16,7 @@ from pathlib import Path
 from ...errors import VoiceLoadError
 from ...voices.registry import VoiceSource
 from .. import Family, LoadOption, register_family
+from .config import config_language, language_codes
 from .options import RuntimeOptions
 
 NAME = "piper"
@@ -45,7 +46,7 @@ def _describe(src: VoiceSource) -> dict:
     if src.config_path and src.config_path.exists():
         try:
             d = json.loads(src.config_path.read_text(encoding="utf-8"))
-            info["language"] = (d.get("language") or {}).get("code", d.get("espeak", {}).get("voice", ""))
+            info["languages"] = language_codes(config_language(d), str((d.get("espeak") or {}).get("voice", "")))
             info["sample_rate"] = (d.get("audio") or {}).get("sample_rate")
             info["quality"] = (d.get("audio") or {}).get("quality", "")
             info["speakers"] = sorted(d.get("speaker_id_map") or {}, key=lambda k: d["speaker_id_map"][k])

@@ -10,6 +10,24 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ...errors import VoiceLoadError
+from ...langcodes import tag
+
+
+def config_language(d: Mapping[str, Any]) -> str:
+    """The `language.code` of an `.onnx.json` ("en_US"; older configs give a bare string)."""
+    lang = d.get("language", {}) or {}
+    return str(lang.get("code", "") if isinstance(lang, Mapping) else lang)
+
+
+def language_codes(language: str, espeak_voice: str) -> list[str]:
+    """A Piper voice's BCP-47 tags (one): its config's `language.code` ("en_US" -> "en-US"),
+    else its espeak-ng voice ("en-us" -> "en-US"); none if neither is a language code."""
+    for code in (language, espeak_voice):
+        try:
+            return [tag(code)]
+        except ValueError:
+            continue
+    return []
 
 
 # Bounds of a config's integers, far outside any real voice (16-48 kHz, hop 256, a few hundred
@@ -42,6 +60,10 @@ class VoiceConfig:
     default_speaker_id: int = 0
     language: str = ""
     quality: str = ""
+
+    @property
+    def language_codes(self) -> list[str]:
+        return language_codes(self.language, self.espeak_voice)
 
     @property
     def speakers(self) -> list[str]:
@@ -94,7 +116,6 @@ class VoiceConfig:
 
         num_symbols = bounded("num_symbols", d.get("num_symbols", max(i for ids in id_map.values() for i in ids) + 1),
                               1, MAX_SYMBOLS)
-        lang = d.get("language", {}) or {}
         sample_rate = bounded("audio.sample_rate", need("audio", "sample_rate"), *SAMPLE_RATES)
         return cls(
             name=name,
@@ -112,7 +133,7 @@ class VoiceConfig:
             noise_w=float(inference.get("noise_w", 0.8)),
             hop_length=bounded("hop_length", d.get("hop_length", 256), 1, MAX_HOP),
             default_speaker_id=int(d.get("default_speaker_id", 0)),
-            language=str(lang.get("code", "") if isinstance(lang, Mapping) else lang),
+            language=config_language(d),
             quality=str((d.get("audio") or {}).get("quality", "")),
         )
 

@@ -66,6 +66,10 @@ class VitsVoice(Voice):
     def speakers(self) -> list[str]:
         return self.config.speakers
 
+    @property
+    def language_codes(self) -> list[str]:
+        return self.config.language_codes
+
     def speaker_id(self, speaker: int | str | None) -> int:
         c = self.config
         if speaker is None:

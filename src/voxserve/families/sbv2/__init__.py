@@ -15,11 +15,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import VoiceLoadError
+from ...langcodes import tag
 from ...voices.registry import VoiceSource
 from .. import Family, LoadOption, register_family
 
 NAME = "sbv2"
 BERT_DIR_ENV = "VOXSERVE_SBV2_BERT_DIR"
+FRONTEND_LANGUAGES = ("JP", "EN")  # the front ends voxserve has (no ZH: docs/sbv2.md)
+
+
+def is_jp_extra(cfg: dict) -> bool:
+    """Whether a model's config.json is a JP-Extra model's (Japanese only)."""
+    return bool((cfg.get("data") or {}).get("use_jp_extra", str(cfg.get("version", "")).endswith("JP-Extra")))
+
+
+def language_codes(languages) -> list[str]:
+    """SBV2's language names ("JP", "EN", "ZH": `Sbv2Voice.languages`) as BCP-47 tags ("ja",
+    "en", "zh"), in order."""
+    return [tag({"JP": "ja"}.get(lang, lang)) for lang in languages]
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,8 @@ def _describe(src: VoiceSource) -> dict:
     try:
         d = json.loads((src.path / "config.json").read_text(encoding="utf-8"))
         data = d.get("data") or {}
-        return {"language": "JP" if "JP-Extra" in str(d.get("version", "")) else "JP,EN",
+        # a loaded multilingual voice speaks those of these whose BERT it finds (load_sbv2_voice)
+        return {"languages": language_codes(("JP",) if is_jp_extra(d) else FRONTEND_LANGUAGES),
                 "sample_rate": data.get("sampling_rate"),
                 "speakers": sorted(data.get("spk2id") or {}, key=lambda k: data["spk2id"][k]),
                 "styles": sorted(data.get("style2id") or {}, key=lambda k: data["style2id"][k])}

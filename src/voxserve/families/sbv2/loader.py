@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ...errors import VoiceLoadError
+from . import is_jp_extra
 from .model import STYLE_DIM, Sbv2Dims, Sbv2Synthesizer
 
 IGNORED_KEYS = re.compile(r"^(iteration$|enc_q\.|sdp\.post_|sdp\.flows\.1\.)")
@@ -146,8 +147,7 @@ def _shape(tensors: dict, key: str, where: str) -> list[int]:
 
 def dims_from(cfg: dict, tensors: dict[str, torch.Tensor], where: str) -> Sbv2Dims:
     data, m = cfg["data"], cfg["model"]
-    version = str(cfg.get("version", ""))
-    jp_extra = bool(data.get("use_jp_extra", version.endswith("JP-Extra")))
+    jp_extra = is_jp_extra(cfg)
     if m.get("use_transformer_flow", True) is False:  # SBV2's default and every released model: True
         raise VoiceLoadError(f"{where}: config.json model.use_transformer_flow is false (a WaveNet flow): not supported")
     if int(m.get("n_speakers", data.get("n_speakers", 1)) or 0) < 1:

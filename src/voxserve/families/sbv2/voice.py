@@ -27,7 +27,7 @@ from ...runtime.device import resolve_dtype
 from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
 from ...voice import Piece, SharedComponent, Unit, Voice, limited, sentence_seed
-from . import BERT_DIR_ENV
+from . import BERT_DIR_ENV, FRONTEND_LANGUAGES, language_codes
 from ..piper.precision import PrecisionPolicy, apply_precision
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
 from .loader import Sbv2Checkpoint, load_sbv2_checkpoint, style_vector
@@ -42,7 +42,6 @@ SYNTH_FP32: dict[torch.dtype, tuple[str, ...]] = {
     torch.bfloat16: ("enc_p", "dp", "sdp", "emb_g", "flow"),
 }
 
-FRONTEND_LANGUAGES = ("JP", "EN")  # the front ends voxserve has (no ZH: docs/sbv2.md)
 DEFAULT_STYLE = "Neutral"
 # SBV2's defaults (its constants.py): what a request that sets nothing gets
 DEFAULT_NOISE, DEFAULT_NOISE_W, DEFAULT_SDP_RATIO, DEFAULT_STYLE_WEIGHT = 0.6, 0.8, 0.2, 1.0
@@ -156,6 +155,10 @@ class Sbv2Voice(Voice):
     @property
     def languages(self) -> list[str]:
         return list(self.berts)
+
+    @property
+    def language_codes(self) -> list[str]:
+        return language_codes(self.languages)  # check_language takes these tags as well
 
     def components(self) -> Mapping[Hashable, SharedComponent]:
         return {b.key: b for b in self.berts.values()}
