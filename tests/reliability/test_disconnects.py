@@ -21,7 +21,6 @@ import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 
 TEXT = " ".join(f"This is sentence number {k} of a long answer." for k in range(1, 7))
