@@ -37,14 +37,18 @@ def serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 class ServerProcess:
     """Starts `voxserve serve --device cpu ARGS` and waits for /ready (warm-up included).
-    VOXSERVE_TEST_LOG=1 lets the server's output through to the test's."""
+    VOXSERVE_TEST_LOG=1 lets the server's output through to the test's; `log_path` writes it to
+    that file instead."""
 
     def __init__(self, args: list[str], env: dict | None = None, api_key: str | None = None,
-                 ready_timeout: float = 180):
+                 ready_timeout: float = 180, log_path: Path | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = voxserve_command()
-        self.log = open(os.devnull, "wb") if not os.environ.get("VOXSERVE_TEST_LOG") else None
+        if log_path is not None:
+            self.log = open(log_path, "wb")
+        else:
+            self.log = open(os.devnull, "wb") if not os.environ.get("VOXSERVE_TEST_LOG") else None
         self.proc = subprocess.Popen(cmd + ["serve", "--port", str(self.port), "--device", "cpu"] + args,
                                      env={**os.environ, **(env or {})}, cwd=ROOT,
                                      stdout=self.log, stderr=self.log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -514,6 +515,66 @@ class _AvEncoder(StreamEncoder):
         finally:
             self._out.close()
         return out + self._sink.take()
+
+
+class EncoderOwner:
+    """The one owner of a response's StreamEncoder, shared by the event loop and worker threads:
+    its writes and its close run one at a time, and the encoder is closed only after its last
+    write has returned. A client that leaves cancels the coroutine awaiting a write, not the
+    thread running it (libsndfile/LAME/libopus/ffmpeg cannot be stopped mid-call), so `abandon`
+    closes at once if no write runs, else the running write closes it as it returns; closing a
+    codec under a running write crashed the process (SIGSEGV, or LAME's SIGABRT)."""
+
+    def __init__(self, encoder: StreamEncoder):
+        self.encoder = encoder
+        self._lock = threading.Lock()  # held by each write and the close
+        self._closing = False  # no write starts once set
+        self._closed = False
+
+    @property
+    def sample_rate(self) -> int:
+        return self.encoder.sample_rate
+
+    @property
+    def media_type(self) -> str:
+        return self.encoder.media_type
+
+    def write(self, samples: np.ndarray) -> bytes:
+        """The encoded bytes of `samples` (b"" once abandoned); any thread, one at a time."""
+        with self._lock:
+            out = b"" if self._closing else self.encoder.write(samples)
+        if self._closing:  # abandoned during the write: the close waited for it
+            self._close_if_idle()
+            return b""
+        return out
+
+    def finish(self) -> bytes:
+        """The encoder's last bytes, after any write still running; b"" once abandoned."""
+        with self._lock:
+            if self._closing:
+                return b""
+            self._closing = self._closed = True
+            return self.encoder.close()
+
+    def abandon(self) -> None:
+        """No more bytes are wanted: close now, or when the running write returns (never waits for it)."""
+        self._closing = True
+        # A write that holds the lock now sees _closing after it releases the lock (it set
+        # nothing since) and closes then: one of the two always gets the lock after the flag.
+        self._close_if_idle()
+
+    def _close_if_idle(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if not self._closed:
+                self._closed = True
+                try:
+                    self.encoder.close()
+                except Exception:  # the bytes go nowhere; a failing flush must not fail the caller
+                    pass
+        finally:
+            self._lock.release()
 
 
 def available_stream_formats() -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..audio import SentenceJoiner, StreamEncoder, available_stream_formats, encode_audio, open_stream_encoder
+from ..audio import EncoderOwner, SentenceJoiner, available_stream_formats, encode_audio, open_stream_encoder
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import (
     AudioTooLongError,
@@ -82,7 +82,7 @@ def error_response(status: int, message: str, type_: str, code: str, param: str 
     return JSONResponse(error_body(message, type_, code, param), status_code=status, headers=headers)
 
 
-def _error_for(exc: BaseException) -> JSONResponse:
+def _error_for(exc: BaseException, log_internal: bool = True) -> JSONResponse:
     if isinstance(exc, AudioTooLongError):
         return error_response(413, str(exc), "invalid_request_error", "audio_too_long", exc.option)
     if isinstance(exc, TextTooLongError):
@@ -100,12 +100,42 @@ def _error_for(exc: BaseException) -> JSONResponse:
         return error_response(429, str(exc), "rate_limit_error", "overloaded", headers={"Retry-After": retry})
     if isinstance(exc, EngineClosedError):
         return error_response(503, str(exc), "server_error", "unavailable")
-    log.error("internal error", exc_info=exc)
+    if log_internal:
+        log.error("internal error", exc_info=exc)
     return error_response(500, "internal error", "server_error", "internal_error")
 
 
 class _InternalError(VoxserveError):
     """A failure inside the engine, surfaced as a plain 500 (details go to the log only)."""
+
+
+class _CutShort(Exception):
+    """Ends a response that failed after its first bytes went out: the failure is logged and
+    left for the guard to count (`_FAILED_LATE`) where it happened; raised out of a raw stream,
+    it makes the server abort the connection (uvicorn's own traceback of it is dropped,
+    `_QuietCutShort`), so that the client sees a broken transfer, not a short file that looks
+    whole. `error` is the failure's error body (an SSE stream sends it as its last event)."""
+
+    def __init__(self, error: dict):
+        super().__init__(error["error"]["code"])
+        self.error = error
+
+
+_FAILED_LATE = "voxserve.failed_after_first_bytes"
+"""Scope key of the guard's list where a route puts (status, code) of a request that failed
+after its first bytes, for the guard to count it as itself (413 audio_too_long, 504 timeout,
+...), not as the 500 of an unknown exception."""
+
+
+class _QuietCutShort(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" traceback of a `_CutShort`: the failure
+    is logged once, by the route, where it happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _CutShort))
+
+
+_QUIET_CUT_SHORT = _QuietCutShort()
 
 
 class _BadRequest(Exception):
@@ -132,6 +162,8 @@ class _Guard:
         path = scope.get("path", "")
         route = path if path in ROUTES else "other"
         state = {"status": None, "complete": False, "disconnected": False, "failed": False}
+        failed_late: list[tuple[int, str]] = []  # filled by the route (`_FAILED_LATE`)
+        scope[_FAILED_LATE] = failed_late
 
         async def send_counted(message):
             if message["type"] == "http.response.start":
@@ -158,7 +190,10 @@ class _Guard:
         finally:
             # a client that left is not a server error: without this, an aborted upload (no
             # response started) would count as the 500 the server never sent
-            if state["disconnected"] and not state["complete"]:
+            if failed_late:  # failed after its first bytes: counted as its error
+                status, code = failed_late[0]
+                self.metrics.failed_after_first_bytes.labels(route, code).inc()
+            elif state["disconnected"] and not state["complete"]:
                 status = CLIENT_CLOSED
             elif state["status"] is None or (state["failed"] and not state["complete"]):
                 status = 500  # uvicorn answers 500, or cuts a started response short
@@ -403,7 +438,11 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
+        if isinstance(exc, _CutShort):  # logged where it happened; the response has started
+            return Response(status_code=500)
         return _error_for(exc)
+
+    logging.getLogger("uvicorn.error").addFilter(_QUIET_CUT_SHORT)  # once: a logger keeps one of each
 
     # --------------------------------------------------------------- helpers
     def voice_for(name: str | None, openai: bool) -> str:
@@ -427,20 +466,20 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         if not isinstance(text, str) or len(text) > config.max_input_chars:
             raise TextTooLongError(len(text), config.max_input_chars)
         try:
-            encoder = open_stream_encoder(fmt, engine.voice(voice).sample_rate)
+            encoder = EncoderOwner(open_stream_encoder(fmt, engine.voice(voice).sample_rate))
         except ValueError as e:
             raise _BadRequest(str(e), "response_format", "unsupported_format") from None
         try:
             stream = aengine.submit(voice, text, options, streaming=streaming)
         except BaseException:
-            encoder.close()
+            encoder.abandon()
             raise
         try:
             async with asyncio.timeout(config.request_timeout_s):
                 await stream.first()  # errors the front end finds late (nothing pronounceable) -> 4xx
         except BaseException as e:
             stream.cancel()
-            encoder.close()
+            encoder.abandon()
             if isinstance(e, TimeoutError):
                 raise _BadRequest(f"the request took over {config.request_timeout_s:g} s and was cancelled",
                                   code="timeout", status=504) from None
@@ -450,7 +489,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             raise
         return stream, encoder
 
-    def headers_for(encoder: StreamEncoder, fmt: str) -> tuple[str, dict]:
+    def headers_for(encoder: EncoderOwner, fmt: str) -> tuple[str, dict]:
         sr = encoder.sample_rate
         headers = {"X-Sample-Rate": str(sr), "Cache-Control": "no-store"}
         media = encoder.media_type
@@ -459,10 +498,33 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             headers["X-Audio-Format"] = "s16le; channels=1"
         return media, headers
 
-    async def encode(encoder: StreamEncoder, fmt: str, samples: np.ndarray) -> bytes:
+    async def encode(encoder: EncoderOwner, fmt: str, samples: np.ndarray) -> bytes:
         if fmt in ("pcm", "wav"):
             return encoder.write(samples)
         return await asyncio.to_thread(encoder.write, samples)  # lame/opus/flac: off the loop
+
+    async def encode_tail(encoder: EncoderOwner, fmt: str) -> bytes:
+        if fmt in ("pcm", "wav"):
+            return encoder.finish()
+        return await asyncio.to_thread(encoder.finish)
+
+    def cut_short(request: Request, stream: SpeechStream, exc: Exception) -> _CutShort:
+        """A failure after the first bytes went out: logged once (a traceback only for a server
+        error), left for the guard to count as its own status; the _CutShort to raise."""
+        if isinstance(exc, TimeoutError):
+            status, error = 504, error_body(f"the request took over {config.request_timeout_s:g} s and was "
+                                            "cancelled", "invalid_request_error", "timeout")
+        else:
+            known = isinstance(exc, VoxserveError) and not isinstance(exc, _InternalError)
+            r = _error_for(exc if known else _InternalError("internal error"), log_internal=False)
+            status, error = r.status_code, json.loads(r.body)
+        if status >= 500:
+            log.error("request %s failed after its first bytes", stream.request_id, exc_info=exc)
+        else:
+            log.warning("request %s failed after its first bytes (%s): %s", stream.request_id,
+                        error["error"]["code"], error["error"]["message"])
+        request.scope[_FAILED_LATE].append((status, error["error"]["code"]))
+        return _CutShort(error)
 
     async def timed_chunks(stream: SpeechStream) -> AsyncIterator:
         """The stream's chunks until the request's deadline; its time to first audio is observed
@@ -475,7 +537,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                     metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
             yield chunk
 
-    async def body(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float,
+    async def body(request: Request, stream: SpeechStream, encoder: EncoderOwner, fmt: str, silence_s: float,
                    sent: list[int] | None = None) -> AsyncIterator[bytes]:
         """The encoded stream; `sent[0]` counts the samples encoded so far."""
         joiner = SentenceJoiner(stream.sample_rate, silence_s)
@@ -487,30 +549,29 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                     data = await encode(encoder, fmt, samples)
                     if data:
                         yield data
-            tail = encoder.close()
+            tail = await encode_tail(encoder, fmt)
             if tail:
                 yield tail
         except Exception as e:
             # the status line is already sent: abort the connection (no closing chunk) so the
             # client sees a broken transfer rather than a short file that looks complete
-            log.warning("stream %s failed after its first bytes: %s", stream.request_id, e)
-            raise
+            raise cut_short(request, stream, e) from e
         finally:
             stream.cancel()
-            encoder.close()
+            encoder.abandon()  # a client that left: closed once the write under way returns
 
-    async def respond(request: Request, stream: SpeechStream, encoder: StreamEncoder, fmt: str,
+    async def respond(request: Request, stream: SpeechStream, encoder: EncoderOwner, fmt: str,
                       silence_s: float, chunked: bool) -> Response:
         media, headers = headers_for(encoder, fmt)
         if chunked:
-            return StreamingResponse(body(stream, encoder, fmt, silence_s), media_type=media, headers=headers)
+            return StreamingResponse(body(request, stream, encoder, fmt, silence_s), media_type=media, headers=headers)
         chunks = await collect(request, stream, encoder)
         if chunks is None:
             return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
         samples = SentenceJoiner(stream.sample_rate, silence_s).join(chunks)
         return Response(await encode_whole(samples, stream.sample_rate, fmt), media_type=media, headers=headers)
 
-    async def collect(request: Request, stream: SpeechStream, encoder: StreamEncoder):
+    async def collect(request: Request, stream: SpeechStream, encoder: EncoderOwner):
         """A whole request's chunks (cancelling if the client goes away: None), within its timeout."""
         try:
             async with asyncio.timeout(max(0.0, stream.timing.submitted + config.request_timeout_s - time.monotonic())):
@@ -525,7 +586,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             log.error("request failed", exc_info=e)
             raise _InternalError("internal error") from None
         finally:
-            encoder.close()
+            encoder.abandon()  # never written: the whole file is encoded on its own
         if chunks is not None and stream.timing.first_audio is not None:
             metrics.ttfa.observe(stream.timing.first_audio - stream.timing.submitted)
         return chunks
@@ -545,19 +606,17 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         silence = engine.voice(voice).silence_after(options)
         return await respond(request, stream, encoder, req.response_format, silence, chunked=chunked)
 
-    async def sse(stream: SpeechStream, encoder: StreamEncoder, fmt: str, silence_s: float,
+    async def sse(request: Request, stream: SpeechStream, encoder: EncoderOwner, fmt: str, silence_s: float,
                   input_chars: int) -> AsyncIterator[bytes]:
         """OpenAI's speech events: one `speech.audio.delta` per encoded chunk, then
         `speech.audio.done`. A failure after the first event is an `error` event, since the
         event framing (unlike raw bytes) can say so."""
         sent = [0]
         try:
-            async for data in body(stream, encoder, fmt, silence_s, sent):
+            async for data in body(request, stream, encoder, fmt, silence_s, sent):
                 yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
-        except Exception as e:
-            err = e if isinstance(e, VoxserveError) else _InternalError("internal error")
-            payload = json.loads(_error_for(err).body)
-            yield _event({"type": "error", **payload})
+        except _CutShort as e:  # logged and counted: the event framing can say so
+            yield _event({"type": "error", **e.error})
             return
         # voxserve has no tokens: usage counts input characters and output audio samples
         yield _event({"type": "speech.audio.done",
@@ -571,13 +630,16 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                               "model", "model_not_found", status=404)
         voice = voice_for(req.voice_name, openai=True)
         if req.stream_format == "audio":
-            return await synthesis(request, req, voice, req.input, streaming=True, chunked=True)
+            # FLAC records its length (STREAMINFO total samples) only if known before its first
+            # byte; libsndfile (soundfile.read) cannot read one without it: sent whole
+            streamed = req.response_format != "flac"
+            return await synthesis(request, req, voice, req.input, streaming=streamed, chunked=streamed)
         options = req.options()
         stream, encoder = await start(voice, req.input, options, req.response_format, streaming=True)
         media, headers = headers_for(encoder, req.response_format)
         headers |= {"X-Audio-Media-Type": media, "X-Accel-Buffering": "no"}
         silence = engine.voice(voice).silence_after(options)
-        return StreamingResponse(sse(stream, encoder, req.response_format, silence, len(req.input)),
+        return StreamingResponse(sse(request, stream, encoder, req.response_format, silence, len(req.input)),
                                  media_type="text/event-stream", headers=headers)
 
     @app.post("/v1/synthesize")
@@ -652,11 +714,11 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             return JSONResponse({"audio": base64.b64encode(data).decode("ascii"), "format": fmt,
                                  "sample_rate": encoder.sample_rate, "words": words_json(words)},
                                 headers={"Cache-Control": "no-store"})
-        encoder.close()  # each line is encoded on its own
-        return StreamingResponse(caption_lines(stream, fmt, silence), media_type="application/x-ndjson",
+        encoder.abandon()  # each line is encoded on its own
+        return StreamingResponse(caption_lines(request, stream, fmt, silence), media_type="application/x-ndjson",
                                  headers={"Cache-Control": "no-store", "X-Sample-Rate": str(stream.sample_rate)})
 
-    async def caption_lines(stream: SpeechStream, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
+    async def caption_lines(request: Request, stream: SpeechStream, fmt: str, silence_s: float) -> AsyncIterator[bytes]:
         sr = stream.sample_rate
         joiner = SentenceJoiner(sr, silence_s)
         pos = 0  # samples of the whole sent so far
@@ -679,8 +741,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
                 pos += len(samples)
                 parts, words = [], ()
         except Exception as e:  # the status is sent: abort the connection, as `body` does
-            log.warning("stream %s failed after its first bytes: %s", stream.request_id, e)
-            raise
+            raise cut_short(request, stream, e) from e
         finally:
             stream.cancel()
 

@@ -21,6 +21,12 @@ class Metrics:
             "whose client disconnected before the response was complete (an aborted upload or download), "
             "which are never counted as 500",
             ["route", "status"], registry=r)
+        self.failed_after_first_bytes = Counter(
+            "voxserve_failed_after_first_bytes",
+            "Requests that failed after their response had started, by route and error code (audio_too_long, "
+            "timeout, internal_error, ...): a raw stream is cut (no closing chunk), an SSE stream ends with an "
+            "error event. voxserve_requests_total counts each under its error's status (413, 504, 500, ...)",
+            ["route", "code"], registry=r)
         self.connections_dropped = Counter(
             "voxserve_connections_dropped",
             "Connections the server closed before a request reached the app: reason header_timeout (no "

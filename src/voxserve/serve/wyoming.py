@@ -443,15 +443,18 @@ class _Connection:
             await async_write_event(event, self.writer)
 
     async def _write_replies(self) -> None:
-        while (item := await self.replies.get()) is not None:
-            if isinstance(item, _Job):
-                try:
-                    await self._write_job(item)
-                finally:
-                    self.jobs.discard(item)
-            else:
-                await self._send(item)
-            self.queued -= 1
+        try:
+            while (item := await self.replies.get()) is not None:
+                if isinstance(item, _Job):
+                    try:
+                        await self._write_job(item)
+                    finally:
+                        self.jobs.discard(item)
+                else:
+                    await self._send(item)
+                self.queued -= 1
+        except ConnectionError:  # the client left: the reader then sees the end and cancels its requests
+            self.writer.close()
 
     async def _write_job(self, job: _Job) -> None:
         rate = job.sample_rate
@@ -477,6 +480,8 @@ class _Connection:
                     return await self._job_error(job, e)
             except (VoxserveError, TimeoutError) as e:
                 return await self._job_error(job, e)
+            except ConnectionError:  # the client left mid-answer: not a failure of the request
+                raise
             except Exception as e:
                 log.error("wyoming request failed", exc_info=e)
                 return await self._job_error(job, VoxserveError("internal error"))
