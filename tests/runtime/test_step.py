@@ -194,3 +194,81 @@ def test_decode_takes_one_input_per_row(bark_lm):
         dec = Decoder(_forward(bark_lm))
         dec.add(_seq("a", PROMPTS["a"]))
         dec.add(_seq("a", PROMPTS["a"]))
+
+
+# ---------------------------------------------------------------------- host reads
+def _old_pick(sampler: TokenSampler, scores: torch.Tensor) -> int:
+    """TokenSampler.pick as it was, row by row on the host (the reference for pick_rows)."""
+    if sampler.generator is None:
+        return int(scores.argmax())
+    out = scores.float().clone()
+    if sampler.top_k is not None and sampler.top_k < out.numel():
+        kth = out.topk(sampler.top_k).values[-1]
+        out.masked_fill_(out < kth, float("-inf"))
+    u = torch.rand(out.shape, dtype=torch.float32, device=out.device, generator=sampler.generator)
+    out.div_(sampler.temperature).sub_(u.log_().neg_().log_())
+    return int(out.argmax())
+
+
+def test_pick_rows_equals_each_rows_old_pick():
+    from voxserve.runtime.step import pick_rows
+
+    specs = [(0.0, None), (1.0, None), (0.7, 5), (1.3, V), (0.0, 3), (0.9, 1), (2.5, 12)]
+
+    def samplers():
+        return [TokenSampler(t, seed=40 + i if t else None, top_k=k) for i, (t, k) in enumerate(specs)]
+
+    new, old = samplers(), samplers()
+    g = torch.Generator().manual_seed(6)
+    for _ in range(50):
+        scores = torch.randn(len(specs), V, generator=g) * 3
+        scores[2, :7] = float("-inf")  # suppressed tokens stay suppressed
+        got = pick_rows(new, scores).tolist()
+        assert got == [_old_pick(s, row) for s, row in zip(old, scores)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_decode_step_reads_the_host_once(qwen2, bark_lm, temperature, monkeypatch):
+    """Each Decoder.step, with joins, leaves, greedy and sampled rows: one read back (the
+    tokens, for the stop rules), counted both by what reaches the host and by runtime.sync."""
+    from host_syncs import count_calls
+
+    from voxserve.runtime.sync import count_host_reads
+
+    plan = {0: [("join", "a", PROMPTS["a"], 9), ("join", "bb", PROMPTS["bb"], 12)], 2: [("join", "ccc", PROMPTS["ccc"], 6)],
+            4: [("leave", "bb")], 5: [("join", "dddd", PROMPTS["dddd"], 7), ("join", "eeeee", PROMPTS["eeeee"], 5)]}
+    for model in (qwen2, bark_lm):
+        per_step = count_calls(Decoder, "step", monkeypatch)
+        with count_host_reads() as reasons:
+            _run(model, plan, temperature)
+        monkeypatch.undo()
+        assert len(per_step) > 10
+        assert all(calls == ["cpu"] for calls in per_step), per_step
+        assert len(reasons) == len(per_step) and all(r.startswith("decode step") for r in reasons)
+
+
+@pytest.mark.cuda
+def test_cuda_decode_steps_synchronise_once(qwen2):
+    """On the device: a decode step (no joins) makes one synchronising call, the read of its
+    tokens (torch.cuda.set_sync_debug_mode counts blocking copies both ways)."""
+    import copy
+    import warnings
+
+    model = copy.deepcopy(qwen2).cuda()
+    dec = Decoder(_forward(model), device="cuda")
+    for k, key in enumerate(PROMPTS):
+        dec.add(LMSequence(key, PROMPTS[key].cuda(), TokenSampler(0.8 * (k % 2), seed=k, top_k=5 if k == 3 else None,
+                                                                  device="cuda"), StopRule(max_new_tokens=30)))
+    with torch.no_grad():
+        dec.step()  # the prefills
+        for _ in range(5):
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    dec.step()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            syncs = [w for w in caught if "synchroniz" in str(w.message)]
+            assert len(syncs) <= 1, [str(w.message) for w in syncs]

@@ -7,8 +7,9 @@ LM such as CosyVoice 2's later):
 * `Decoder`: the sequences of one causal LM. `add` queues an `LMSequence` (prompt, sampler,
   stop rule, the family's state; its prompt is prefilled in the next `step`), `step` advances every sequence by one token (one batched decode call for
   the running ones, one prefill call per prompt length for the newcomers), applies the family's
-  logits processing, samples each row with its own sampler, and returns the sequences that
-  stopped (they have left). `remove` drops one (a cancelled request).
+  logits processing, samples every row at once on the device (each from its own generator),
+  reads the tokens back once (the step's one host read, for the stop rules), and returns the
+  sequences that stopped (they have left). `remove` drops one (a cancelled request).
 * `KVBatch`: the batched KV cache under it. Rows are left-padded so that every row appends at
   the same column: a decode step is one call with per-row positions and an attention mask
   that hides the padding. A joiner is prefilled alone or with joiners of the same prompt
@@ -17,17 +18,17 @@ LM such as CosyVoice 2's later):
   row, never wider (an absolute-position model's block size holds as it does alone). It is
   the one place that reaches into the cache's layers (DynamicLayer.keys / .values).
 * `TokenSampler`: one sequence's sampling: greedy at temperature 0, else Gumbel-max from its
-  own seeded generator (optionally within the top k); `StopRule`: EOS tokens, a token budget,
-  a family predicate.
+  own seeded generator (optionally within the top k); `pick_rows` applies a batch's samplers
+  at once; `StopRule`: EOS tokens, a token budget, a family predicate.
 
 Batch invariance: a row's logits are the ones it gets alone (padding is masked to exactly zero
 weight; only float summation order may differ), and its random draws come from its own
 generator, so its tokens do not depend on what runs beside it.
 
 The model is reached through an `LMForward` (`hf_forward` adapts a transformers causal LM):
-forward(input_ids [B, T] or None, inputs_embeds [B, T, H] or None, attention_mask [B, K],
-position_ids [B, T], cache) -> logits [B, T, V], the cache (a transformers DynamicCache,
-K = cached + T columns) updated in place.
+forward(input_ids [B, T] or None, inputs_embeds [B, T, H] or None, attention_mask [B, K] or
+None (no padding: every row has all K columns), position_ids [B, T], cache) -> logits [B, T, V],
+the cache (a transformers DynamicCache, K = cached + T columns) updated in place.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-LMForward = Callable[[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor, Any], torch.Tensor]
+from .sync import host_read, upload
+
+LMForward = Callable[[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor, Any], torch.Tensor]
 
 
 def hf_forward(model: torch.nn.Module, cache_arg: str = "cache") -> LMForward:
@@ -47,11 +50,27 @@ def hf_forward(model: torch.nn.Module, cache_arg: str = "cache") -> LMForward:
     cache by (transformers 5 says "cache"; "past_key_values" before it)."""
 
     def forward(input_ids, inputs_embeds, attention_mask, position_ids, cache):
-        out = model(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+        mask = hf_mask(model.config, attention_mask, position_ids.shape[1], model.dtype)
+        out = model(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=mask,
                     position_ids=position_ids, use_cache=True, return_dict=True, **{cache_arg: cache})
         return out.logits
 
     return forward
+
+
+def hf_mask(config, mask: torch.Tensor | None, q: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """A decode step's key mask [B, K] -> the 4D mask transformers would build from it for its
+    sdpa or eager attention ([B, 1, 1, K]: bool, or 0 / dtype's min added to the scores).
+    Given the 2D mask, transformers checks on the host whether it has any padding (a read
+    back per forward); a prepared mask is taken as it is. Other cases pass through."""
+    if mask is None or q != 1:
+        return mask
+    keep = mask.bool()[:, None, None, :]
+    if config._attn_implementation == "sdpa":
+        return keep
+    if config._attn_implementation == "eager":
+        return torch.where(keep, torch.zeros((), device=keep.device, dtype=dtype), torch.finfo(dtype).min)
+    return mask
 
 
 def new_cache():
@@ -84,18 +103,36 @@ class TokenSampler:
             self.generator.manual_seed(seed & ((1 << 63) - 1))
 
     def pick(self, scores: torch.Tensor) -> int:
-        """scores [V] (processed logits) -> the chosen token id."""
-        if self.generator is None:
-            return int(scores.argmax())
-        out = scores.float().clone()
-        if self.top_k is not None and self.top_k < out.numel():
-            kth = out.topk(self.top_k).values[-1]
-            out.masked_fill_(out < kth, float("-inf"))
-        # -log(-log U), U ~ U[0, 1): U = 0 gives -inf (never picked) and U < 1 keeps it finite,
-        # so -inf scores stay -inf and nothing becomes NaN
-        u = torch.rand(out.shape, dtype=torch.float32, device=out.device, generator=self.generator)
-        out.div_(self.temperature).sub_(u.log_().neg_().log_())
-        return int(out.argmax())
+        """scores [V] (processed logits) -> the chosen token id (one row, read back: for tools
+        and tests; a Decoder picks every row at once with `pick_rows`)."""
+        return int(pick_rows([self], scores[None])[0])
+
+
+def pick_rows(samplers: Sequence[TokenSampler], scores: torch.Tensor) -> torch.Tensor:
+    """Every row's token at once, on the device: scores [n, V] -> ids [n] (long), row i as
+    samplers[i].pick would choose it alone (the same noise from its own generator, the same
+    float32 arithmetic), with no read back to the host."""
+    n, v = scores.shape
+    out = scores.float()
+    if all(s.generator is None for s in samplers):
+        return out.argmax(-1)
+    out = out.clone()
+    dev = out.device
+    ks = [s.top_k if s.generator is not None and s.top_k is not None and s.top_k < v else 0 for s in samplers]
+    if any(ks):
+        top = out.topk(max(ks), dim=-1).values  # [n, kmax], descending
+        kth = top.gather(1, upload([max(k, 1) - 1 for k in ks], torch.long, dev)[:, None])  # [n, 1]
+        kth = kth.masked_fill(upload([k == 0 for k in ks], torch.bool, dev)[:, None], float("-inf"))
+        out.masked_fill_(out < kth, float("-inf"))
+    # -log(-log U), U ~ U[0, 1): U = 0 gives -inf (never picked) and U < 1 keeps it finite,
+    # so -inf scores stay -inf and nothing becomes NaN; greedy rows: no noise, temperature 1
+    zero = out.new_zeros(v)
+    noise = torch.stack([zero if s.generator is None else
+                         torch.rand(v, dtype=torch.float32, device=dev, generator=s.generator).log_().neg_().log_()
+                         for s in samplers])  # [n, V]
+    temp = upload([s.temperature if s.generator is not None else 1.0 for s in samplers], torch.float32, dev)
+    out.div_(temp[:, None]).sub_(noise)
+    return out.argmax(-1)
 
 
 @dataclass(frozen=True)
@@ -147,6 +184,9 @@ class KVBatch:
         self.forward = forward
         self.keys: list[Hashable] = []
         self.lengths: list[int] = []
+        # the same lengths on the cache's device ([B] long), kept there as rows join, decode
+        # and leave: a decode step's mask and positions need no copy from the host
+        self._lengths: torch.Tensor | None = None
         self.cache = None
 
     def __len__(self) -> int:
@@ -159,11 +199,14 @@ class KVBatch:
     def _layers(self, cache=None):
         return (cache if cache is not None else self.cache).layers
 
-    def _mask(self, extra: int, device) -> torch.Tensor:
-        # [B, W + extra]: 1 where row i has a token (its last lengths[i] columns, then `extra`)
+    def _mask(self, extra: int, device) -> torch.Tensor | None:
+        # [B, W + extra]: 1 where row i has a token (its last lengths[i] columns, then `extra`);
+        # None when no row is padded (known here on the host)
         w = self.width
+        if min(self.lengths) == w:
+            return None
         cols = torch.arange(w + extra, device=device)
-        start = w - torch.tensor(self.lengths, device=device)
+        start = w - self._lengths
         return (cols[None, :] >= start[:, None]).long()
 
     def decode(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -173,10 +216,11 @@ class KVBatch:
             raise ValueError(f"decode takes one input per row: {len(inputs)} for {len(self.keys)} rows")
         device = inputs.device
         mask = self._mask(1, device)  # [B, W + 1]
-        pos = torch.tensor(self.lengths, device=device)[:, None]  # [B, 1]: each row's own next position
+        pos = self._lengths[:, None]  # [B, 1]: each row's own next position
         ids, embeds = (inputs[:, None], None) if not inputs.is_floating_point() else (None, inputs[:, None])
         logits = self.forward(ids, embeds, mask, pos, self.cache)  # [B, 1, V]
         self.lengths = [n + 1 for n in self.lengths]
+        self._lengths = self._lengths + 1
         return logits[:, -1].float()
 
     def prefill(self, keys: Sequence[Hashable], prompts: torch.Tensor) -> torch.Tensor:
@@ -185,16 +229,16 @@ class KVBatch:
         n, p = prompts.shape[:2]
         device = prompts.device
         cache = new_cache()
-        mask = torch.ones(n, p, dtype=torch.long, device=device)
+        mask = None  # no padding inside a prompt
         pos = torch.arange(p, device=device)[None].expand(n, p)
         ids, embeds = (prompts, None) if not prompts.is_floating_point() else (None, prompts)
         logits = self.forward(ids, embeds, mask, pos, cache)  # [n, P, V]
-        self._merge(list(keys), cache, p)
+        self._merge(list(keys), cache, p, torch.full((n,), p, dtype=torch.long, device=device))
         return logits[:, -1].float()
 
-    def _merge(self, keys: list[Hashable], cache, p: int) -> None:
+    def _merge(self, keys: list[Hashable], cache, p: int, lengths: torch.Tensor) -> None:
         if self.cache is None or not self.keys:
-            self.cache, self.keys, self.lengths = cache, keys, [p] * len(keys)
+            self.cache, self.keys, self.lengths, self._lengths = cache, keys, [p] * len(keys), lengths
             return
         w = self.width
         width = max(w, p)
@@ -205,20 +249,25 @@ class KVBatch:
                                      F.pad(theirs.values, (0, 0, width - p, 0))])
         self.keys += keys
         self.lengths += [p] * len(keys)
+        self._lengths = torch.cat([self._lengths, lengths])
 
     def remove(self, key: Hashable) -> None:
         """Cut a row out; trim the leading columns that no remaining row uses."""
         i = self.keys.index(key)
         del self.keys[i], self.lengths[i]
         if not self.keys:
-            self.cache = None
+            self.cache, self._lengths = None, None
             return
-        keep = torch.tensor([j for j in range(len(self.keys) + 1) if j != i])
+        self._lengths = _without_row(self._lengths, i)
         trim = self.width - max(self.lengths)
         for layer in self._layers():
-            keep = keep.to(layer.keys.device)
-            layer.keys = layer.keys[keep, :, trim:]
-            layer.values = layer.values[keep, :, trim:]
+            layer.keys = _without_row(layer.keys, i)[:, :, trim:]
+            layer.values = _without_row(layer.values, i)[:, :, trim:]
+
+
+def _without_row(t: torch.Tensor, i: int) -> torch.Tensor:
+    """t without row i (slices: no index tensor to copy to the device)."""
+    return torch.cat([t[:i], t[i + 1:]])
 
 
 # ---------------------------------------------------------------------- decoder
@@ -227,9 +276,11 @@ Process = Callable[[list[LMSequence], torch.Tensor], torch.Tensor]
 suppression, its EOS rule, ...), row by row (a row's scores must depend on its own row only)."""
 NextInput = Callable[[LMSequence, int], torch.Tensor]
 """next_input(sequence, token) -> what the model takes next for it: a 0-d id or an [H] embedding."""
-Pick = Callable[[list[LMSequence], torch.Tensor], list[int]]
-"""pick(sequences, scores [n, V]) -> one token per row: a family's own sampling of all rows at
-once (each row from its own generator), instead of each sequence's `sampler.pick`."""
+Pick = Callable[[list[LMSequence], torch.Tensor], torch.Tensor]
+"""pick(sequences, scores [n, V]) -> ids [n] (long, on the scores' device): a family's own
+sampling of all rows at once (each row from its own generator), instead of `pick_rows` over
+the sequences' samplers; it must not read back to the host (the step reads the ids once).
+An id of -1: no admissible token for that row; the step raises."""
 
 
 class Decoder:
@@ -244,6 +295,9 @@ class Decoder:
         self.device = torch.device(device)
         self.waiting: list[LMSequence] = []
         self.running: dict[Hashable, LMSequence] = {}
+        # [B] the ids picked last step, in the batch's row order, on the device: the next
+        # inputs without a copy from the host (when next_input is None)
+        self._last: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.running)
@@ -269,14 +323,10 @@ class Decoder:
                 return self.waiting.pop(k)
         seq = self.running.pop(key, None)
         if seq is not None:
+            i = self.batch.keys.index(key)
             self.batch.remove(key)
+            self._last = _without_row(self._last, i) if self.batch.keys else None
         return seq
-
-    def _input(self, seq: LMSequence) -> torch.Tensor:
-        tok = seq.tokens[-1]
-        if self.next_input is None:
-            return torch.tensor(tok, device=self.device)
-        return self.next_input(seq, tok)
 
     def step(self) -> list[LMSequence]:
         """One token for every sequence; returns those that stopped (they have left)."""
@@ -284,10 +334,14 @@ class Decoder:
         logits: list[torch.Tensor] = []
         if self.running:
             rows = [self.running[k] for k in self.batch.keys]
-            inputs = [self._input(s) for s in rows]
-            if len({x.is_floating_point() for x in inputs}) > 1:
-                raise ValueError("next inputs must all be ids or all embeddings")
-            logits.append(self.batch.decode(torch.stack(inputs)))  # [B, V]
+            if self.next_input is None:
+                inputs = self._last  # [B] ids
+            else:
+                made = [self.next_input(s, s.tokens[-1]) for s in rows]
+                if len({x.is_floating_point() for x in made}) > 1:
+                    raise ValueError("next inputs must all be ids or all embeddings")
+                inputs = torch.stack(made)
+            logits.append(self.batch.decode(inputs))  # [B, V]
             seqs += rows
         # newcomers: one prefill per prompt length and kind (no padding inside a prompt)
         groups: dict[tuple, list[LMSequence]] = {}
@@ -305,9 +359,17 @@ class Decoder:
         scores = torch.cat(logits)  # [n, V]
         if self.process is not None:
             scores = self.process(seqs, scores)
+        # rows in the batch's order: the running ones, then each prefilled group as it joined
+        picked = self.pick(seqs, scores) if self.pick is not None else pick_rows([s.sampler for s in seqs], scores)
+        self._last = picked.to(self.device)
+        # the step's one read back: the stop rules (EOS, budget, a family's predicate) and the
+        # families' next steps decide on the host
+        toks = host_read(picked, "decode step: the tokens, for the stop rules").tolist()
+        if min(toks) < 0:
+            bad = [s.key for s, t in zip(seqs, toks) if t < 0]
+            raise RuntimeError(f"sampling found no admissible token for sequence(s) {bad}")
         stopped = []
-        picked = self.pick(seqs, scores) if self.pick is not None else [s.sampler.pick(row) for s, row in zip(seqs, scores)]
-        for s, tok in zip(seqs, picked):
+        for s, tok in zip(seqs, toks):
             s.tokens.append(tok)
             if s.stop.stops(s.tokens):
                 stopped.append(s)
@@ -320,5 +382,6 @@ class Decoder:
         out = self.sequences()
         self.waiting, self.running = [], {}
         self.batch = KVBatch(self.batch.forward)
+        self._last = None
         return out
 

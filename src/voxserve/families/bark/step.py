@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ...runtime.step import Decoder, LMSequence, StopRule, TokenSampler, hf_forward
+from ...runtime.sync import upload
 from ...voice import StepResult, StepRunner, Unit
 from .runner import BarkItem, BarkRunner
 
@@ -124,7 +125,7 @@ class BarkStepRunner(StepRunner):
                     self._fail(row, e, out)
             for seq in self._advance(self.coarse_decoder, out):
                 row = self._rows[seq.key]
-                row.coarse = torch.cat([row.coarse, torch.tensor(seq.tokens, dtype=torch.long, device=self.device)])
+                row.coarse = torch.cat([row.coarse, upload(seq.tokens, torch.long, self.device)])
                 try:
                     if row.made < row.n_coarse:
                         self._next_window(row)
@@ -166,7 +167,7 @@ class BarkStepRunner(StepRunner):
         else:
             hist = torch.full((L,), sc.semantic_pad_token, dtype=torch.int, device=self.device)
         emb = r.model.semantic.input_embeds_layer
-        infer = torch.tensor([sc.semantic_infer_token], device=self.device)
+        infer = upload([sc.semantic_infer_token], torch.long, self.device)
         prompt = torch.cat([emb(ids) + emb(hist), emb(infer)])  # [L + 1, H]: text + history, infer token
         sampler = TokenSampler(item.temperatures[0], (item.seed * 3 + 0) & MASK63, device=self.device)
         stop = StopRule(eos=frozenset({self.eos}), max_new_tokens=int(sc.max_new_tokens))
@@ -199,7 +200,7 @@ class BarkStepRunner(StepRunner):
             history_prompt=row.history, max_coarse_history=cc.max_coarse_history,
             semantic_to_coarse_ratio=self.ratio, batch_size=1, semantic_generation_config=sc,
             codebook_size=r.codebook_size)  # [1, Hs], [1, Hc]
-        semantic = torch.tensor(row.semantic, dtype=torch.long, device=self.device)
+        semantic = upload(row.semantic, torch.long, self.device)
         row.context = torch.cat([sem_hist[0].long().to(self.device), semantic])  # [Hs + n_sem]
         row.base = sem_hist.shape[1]
         row.coarse = coarse_hist[0].long().to(self.device)
@@ -215,7 +216,7 @@ class BarkStepRunner(StepRunner):
         idx = row.base + int(round(made / self.ratio))
         ctx = row.context[max(0, idx - self.max_semantic_history):][: cc.max_coarse_input_length]
         ctx = F.pad(ctx, (0, cc.max_coarse_input_length - len(ctx)), value=cc.coarse_semantic_pad_token)
-        infer = torch.tensor([cc.coarse_infer_token], dtype=torch.long, device=self.device)
+        infer = ctx.new_full((1,), cc.coarse_infer_token)
         prompt = torch.cat([ctx, infer, row.coarse[-cc.max_coarse_history:]])  # [256 + 1 + history]
         n = min(int(cc.sliding_window_len), row.n_coarse - made)
         self.coarse_decoder.add(LMSequence(row.key, prompt, row.coarse_sampler, StopRule(max_new_tokens=n), row))
@@ -225,7 +226,7 @@ class BarkStepRunner(StepRunner):
         # codebook's range, odd ones above it (Bark masks only below for those), then log-softmax
         sv, cb = self.runner.semantic_config.semantic_vocab_size, self.runner.codebook_size
         cols = torch.arange(logits.shape[-1], device=logits.device)
-        first = torch.tensor([len(s.tokens) % 2 == 0 for s in seqs], device=logits.device)[:, None]  # [n, 1]
+        first = upload([len(s.tokens) % 2 == 0 for s in seqs], torch.bool, logits.device)[:, None]  # [n, 1]
         masked = torch.where(first, (cols < sv) | (cols >= sv + cb), (cols < sv + cb)[None])  # [n, V]
         return logits.masked_fill(masked, float("-inf")).log_softmax(-1)
 

@@ -22,11 +22,14 @@ recomputing the prefix every chunk).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ...runtime.sync import upload
 
 NOISE_FRAMES = 50 * 300  # upstream's fixed noise buffer: 300 s of mel frames, seed 0
 
@@ -226,11 +229,13 @@ class UpsampleEncoder(nn.Module):
         self.after_norm = nn.LayerNorm(d, eps=1e-5)
         self.pos = RelPositions(d)
 
-    def forward(self, emb: torch.Tensor, lengths: torch.Tensor, seen: torch.Tensor, streaming: bool):
+    def forward(self, emb: torch.Tensor, lengths: Sequence[int], seen: Sequence[int], streaming: bool):
         """emb [B, W, d] token embeddings; lengths [B]: the tokens to encode; seen [B] >= lengths:
-        the tokens a row has (the ones past `lengths` are look-ahead context only) ->
-        [B, 2 T, d] (T = max length) and the frame lengths."""
-        t = int(lengths.max())
+        the tokens a row has (the ones past `lengths` are look-ahead context only); both host
+        ints -> [B, 2 T, d] (T = max length) and the frame lengths (host ints)."""
+        t = max(lengths)
+        frames = [n * self.dims.token_mel_ratio for n in lengths]
+        lengths, seen = upload(lengths, torch.long, emb.device), upload(seen, torch.long, emb.device)
         width = t + self.dims.lookahead
         if emb.shape[1] < width:
             emb = F.pad(emb, (0, 0, 0, width - emb.shape[1]))
@@ -254,19 +259,22 @@ class UpsampleEncoder(nn.Module):
         pos = self.pos(t2, x.device, x.dtype)
         for layer in self.up_encoders:
             x = layer(x, mask, pos)
-        return self.after_norm(x), lengths
+        return self.after_norm(x), frames
 
-    def chunk(self, emb: torch.Tensor, lengths: torch.Tensor, seen: torch.Tensor, caches: "list[FlowCache]"):
+    def chunk(self, emb: torch.Tensor, lengths: Sequence[int], seen: Sequence[int], caches: "list[FlowCache]"):
         """Streaming (chunk-masked) encoding of the tokens past each row's cache: arguments as
-        `forward`'s, over the whole prefix -> ([B, 2N, d] the new frames, their counts [B]).
+        `forward`'s, over the whole prefix -> ([B, 2N, d] the new frames, their counts [B]
+        (host ints)).
         The input layer and look-ahead convs re-run over the prefix (a few matmuls a token);
         the conformer blocks attend from the new frames to the cached keys."""
         d = self.dims
         dev = emb.device
-        past = torch.tensor([c.frames // d.token_mel_ratio for c in caches], device=dev)  # tokens
-        new = lengths - past
-        n = int(new.max())
-        width = int(lengths.max()) + d.lookahead
+        past_n = [c.frames // d.token_mel_ratio for c in caches]  # tokens
+        new_n = [a - b for a, b in zip(lengths, past_n)]
+        n = max(new_n)
+        width = max(lengths) + d.lookahead
+        past, new = upload(past_n, torch.long, dev), upload(new_n, torch.long, dev)
+        seen = upload(seen, torch.long, dev)
         if emb.shape[1] < width:
             emb = F.pad(emb, (0, 0, 0, width - emb.shape[1]))
         emb = emb[:, :width]
@@ -277,7 +285,7 @@ class UpsampleEncoder(nn.Module):
         x = x.gather(1, idx[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, N, d] the new tokens
         kv_in = _left_padded([c.enc_kv for c in caches], 2 * len(self.encoders) + 2 * len(self.up_encoders))
         kv_out: list[torch.Tensor] = []
-        x = self._stack(self.encoders, x, past, new, d.encoder_chunk, kv_in, kv_out, 0)
+        x = self._stack(self.encoders, x, past, new, max(past_n), d.encoder_chunk, kv_in, kv_out, 0)
         # the up conv reads 4 upsampled frames back: the last 2 tokens before the chunk
         tail = torch.stack([c.enc_tail if c.enc_tail is not None else x.new_zeros(2, x.shape[-1]) for c in caches])
         ctx = torch.cat([tail, x], 1)  # [B, 2 + N, d]
@@ -286,19 +294,20 @@ class UpsampleEncoder(nn.Module):
         r = d.token_mel_ratio
         x = F.conv1d(up, self.up_layer.conv.weight, self.up_layer.conv.bias).transpose(1, 2)  # [B, 2N, d]
         x = self.up_embed(x)
-        x = self._stack(self.up_encoders, x, past * r, new * r, d.encoder_chunk * r, kv_in, kv_out,
-                        2 * len(self.encoders))
+        x = self._stack(self.up_encoders, x, past * r, new * r, max(past_n) * r, d.encoder_chunk * r, kv_in,
+                        kv_out, 2 * len(self.encoders))
         for j, c in enumerate(caches):
             c.enc_tail = tails[j]
             # the token blocks' keys are a token each, the up blocks' a frame each
-            own = [t[j, :, : int(new[j]) * (1 if i < 2 * len(self.encoders) else r)] for i, t in enumerate(kv_out)]
+            own = [t[j, :, : new_n[j] * (1 if i < 2 * len(self.encoders) else r)] for i, t in enumerate(kv_out)]
             c.enc_kv = own if c.enc_kv is None else [torch.cat([old, o], 1) for old, o in zip(c.enc_kv, own)]
-        return self.after_norm(x), new * r
+        return self.after_norm(x), [k * r for k in new_n]
 
-    def _stack(self, layers, x, past, new, chunk, kv_in, kv_out, first):
-        """Conformer blocks over new frames x [B, N, d] after `past` cached ones per row."""
-        n, p = x.shape[1], int(past.max())
-        keep = _chunk_keep(past, new, n, chunk, left=True)
+    def _stack(self, layers, x, past, new, p: int, chunk, kv_in, kv_out, first):
+        """Conformer blocks over new frames x [B, N, d] after `past` cached ones per row
+        (p = max(past), known on the host)."""
+        n = x.shape[1]
+        keep = _chunk_keep(past, new, p, n, chunk, left=True)
         pos = self.pos(n, x.device, x.dtype, past=p)
         for k, layer in enumerate(layers):
             i = first + 2 * k
@@ -547,12 +556,12 @@ class Tape:
         return torch.cat([pk, k], 2), torch.cat([pv, v], 2)
 
 
-def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, n: int, chunk: int, left: bool = False) -> torch.Tensor:
+def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, p: int, n: int, chunk: int,
+                left: bool = False) -> torch.Tensor:
     """[R, N, P + N] bool: new frame i of row r (absolute P_r + i) sees its cached frames
-    (P_r of the P slots: the first ones, or the last ones if `left`-padded) and the new ones
-    of its own chunk or earlier."""
+    (P_r of the P slots: the first ones, or the last ones if `left`-padded; p = P = max P_r)
+    and the new ones of its own chunk or earlier."""
     dev = past_len.device
-    p = int(past_len.max())
     i = torch.arange(n, device=dev)[None, :, None]
     a = past_len[:, None, None] + i  # absolute query frame
     jp = torch.arange(p, device=dev)[None, None, :]
@@ -602,11 +611,11 @@ def _gather_past(caches: list[FlowCache], step: int) -> list[torch.Tensor] | Non
     return out
 
 
-def _extend(caches: list[FlowCache], tapes: list[Tape], new_len: torch.Tensor, frames: torch.Tensor) -> None:
+def _extend(caches: list[FlowCache], tapes: list[Tape], new_len: Sequence[int], frames: Sequence[int]) -> None:
     """Append each row's new state (its own frames only) to its cache."""
     b = len(caches)
     for j, c in enumerate(caches):
-        n = int(new_len[j])
+        n = new_len[j]
         steps = []
         for s, tape in enumerate(tapes):
             slots = []
@@ -618,7 +627,7 @@ def _extend(caches: list[FlowCache], tapes: list[Tape], new_len: torch.Tensor, f
                         pair = torch.cat([c.steps[s][slot], pair], 2)
                 slots.append(pair.contiguous())
             steps.append(slots)
-        c.steps, c.frames = steps, int(frames[j])
+        c.steps, c.frames = steps, frames[j]
         c.bytes = c.nbytes()
 
 
@@ -635,7 +644,7 @@ class CosyFlow(nn.Module):
         # upstream draws this buffer after seeding the global generator with 0: same stream
         self.register_buffer("noise", torch.randn(1, dims.mel, NOISE_FRAMES, generator=g), persistent=False)
 
-    def _inputs(self, tokens, lengths, embedding):
+    def _inputs(self, tokens, lengths: torch.Tensor, embedding):
         """-> (spks [B, 80], token embeddings [B, T, d], zero past each row's length)."""
         spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
         pos = torch.arange(tokens.shape[1], device=tokens.device)
@@ -643,48 +652,56 @@ class CosyFlow(nn.Module):
         return spks, self.input_embedding(tokens.clamp(min=0).long()) * keep
 
     def condition(self, tokens, lengths, prompt_feat, prompt_frames, embedding, streaming: bool, finalize: bool):
-        """The estimator's conditions over every encoded frame: (mu [B, 80, 2T'], frames [B],
-        spks [B, 80], cond [B, 80, 2T']); arguments as `forward`'s."""
+        """The estimator's conditions over every encoded frame: (mu [B, 80, 2T'], frames [B]
+        (host ints), spks [B, 80], cond [B, 80, 2T']); arguments as `forward`'s."""
         d = self.dims
-        spks, emb = self._inputs(tokens, lengths, embedding)
-        core = lengths if finalize else lengths - d.lookahead
+        lengths, prompt_frames = [int(n) for n in lengths], [int(n) for n in prompt_frames]
+        dev = tokens.device
+        spks, emb = self._inputs(tokens, upload(lengths, torch.long, dev), embedding)
+        core = lengths if finalize else [n - d.lookahead for n in lengths]
         h, frames = self.encoder(emb, core, lengths, streaming)
         mu = self.encoder_proj(h).transpose(1, 2)  # [B, 80, 2T]
         n = mu.shape[-1]
         cond = torch.zeros_like(mu)
         pf = prompt_feat.transpose(1, 2)[:, :, :n]
-        cond[:, :, : pf.shape[-1]] = pf * (torch.arange(pf.shape[-1], device=mu.device)[None] < prompt_frames[:, None]).to(mu.dtype)[:, None]
+        pframes = upload(prompt_frames, torch.long, dev)
+        cond[:, :, : pf.shape[-1]] = pf * (torch.arange(pf.shape[-1], device=mu.device)[None] < pframes[:, None]).to(mu.dtype)[:, None]
         return mu, frames, spks, cond
 
     def forward(self, tokens, lengths, prompt_feat, prompt_frames, embedding, streaming: bool, finalize: bool):
         """tokens [B, T] (prompt tokens first, each row's own; padding past `lengths`),
-        prompt_feat [B, Tm, 80] (zero past each row's `prompt_frames`), embedding [B, 192] ->
-        (mel [B, 80, 2 T'], frames [B]): two frames per encoded token, prompt included (a row's
-        frames past its `frames` are padding). finalize=False: each row's last `lookahead`
-        tokens are look-ahead context only, not encoded."""
+        prompt_feat [B, Tm, 80] (zero past each row's `prompt_frames`), embedding [B, 192];
+        lengths and prompt_frames [B]: host ints (a list or a CPU tensor: the caller knows
+        them, and a read back would wait for the device) -> (mel [B, 80, 2 T'], frames [B],
+        host ints): two frames per encoded token, prompt included (a row's frames past its
+        `frames` are padding). finalize=False: each row's last `lookahead` tokens are
+        look-ahead context only, not encoded."""
         mu, frames, spks, cond = self.condition(tokens, lengths, prompt_feat, prompt_frames, embedding,
                                                 streaming, finalize)
         n = mu.shape[-1]
-        mask = (torch.arange(n, device=mu.device)[None] < frames[:, None]).to(mu.dtype)[:, None]  # [B, 1, 2T]
+        f = upload(frames, torch.long, mu.device)
+        mask = (torch.arange(n, device=mu.device)[None] < f[:, None]).to(mu.dtype)[:, None]  # [B, 1, 2T]
         noise = self.noise[:, :, :n].to(mu.dtype).expand(mu.shape[0], -1, -1)
         return self.decoder(mu, mask, spks, cond, noise, streaming), frames
 
     def chunk(self, tokens, lengths, prompt_feat, prompt_frames, embedding, caches: list[FlowCache]):
         """The next streaming chunk of B streams, each after its cached frames: arguments as
         `forward(..., streaming=True, finalize=False)` (the whole prefix of tokens) ->
-        (mel [B, 80, N] of the frames past each cache, their counts [B]); the caches grow by
-        them. Equal to slicing `forward`'s chunk-masked mel."""
+        (mel [B, 80, N] of the frames past each cache, their counts [B], host ints); the
+        caches grow by them. Equal to slicing `forward`'s chunk-masked mel."""
         d = self.dims
         dev = tokens.device
-        core = lengths - d.lookahead
-        frames = core * d.token_mel_ratio
-        past = torch.tensor([c.frames for c in caches], device=dev)
-        new = frames - past
-        if bool((new <= 0).any()) or bool((frames % d.est_chunk).any()):
+        lengths, prompt_frames = [int(n) for n in lengths], [int(n) for n in prompt_frames]
+        core = [n - d.lookahead for n in lengths]
+        frames = [n * d.token_mel_ratio for n in core]
+        past_n = [c.frames for c in caches]
+        new_n = [f - p for f, p in zip(frames, past_n)]
+        if min(new_n) <= 0 or any(f % d.est_chunk for f in frames):
             # a cache must end on the chunk grid: frames of a chunk see each other
             raise ValueError(f"a streaming chunk must add whole chunks of {d.est_chunk} frames: "
-                             f"{past.tolist()} -> {frames.tolist()}")
-        spks, emb = self._inputs(tokens, lengths, embedding)
+                             f"{past_n} -> {frames}")
+        past, new = upload(past_n, torch.long, dev), upload(new_n, torch.long, dev)
+        spks, emb = self._inputs(tokens, upload(lengths, torch.long, dev), embedding)
         h, _ = self.encoder.chunk(emb, core, lengths, caches)
         n = h.shape[1]
         mask = (torch.arange(n, device=dev)[None] < new[:, None]).to(spks.dtype)[:, None]  # [B, 1, N]
@@ -692,11 +709,12 @@ class CosyFlow(nn.Module):
         at = past[:, None] + torch.arange(n, device=dev)[None]  # [B, N] absolute frames
         pf = prompt_feat.transpose(1, 2)  # [B, 80, Tm]
         cond = pf.gather(-1, at.clamp(max=pf.shape[-1] - 1)[:, None, :].expand(-1, pf.shape[1], -1))
-        cond = cond * ((at < prompt_frames[:, None]) & (at < pf.shape[-1]))[:, None].to(cond.dtype) * mask
+        pframes = upload(prompt_frames, torch.long, dev)
+        cond = cond * ((at < pframes[:, None]) & (at < pf.shape[-1]))[:, None].to(cond.dtype) * mask
         noise = self.noise[0, :, at.clamp(max=self.noise.shape[-1] - 1)].permute(1, 0, 2).to(mu.dtype)  # [B, 80, N]
         past2, new2 = torch.cat([past, past]), torch.cat([new, new])
-        keep = _chunk_keep(past2, new2, n, d.est_chunk)
+        keep = _chunk_keep(past2, new2, max(past_n), n, d.est_chunk)
         tapes = [Tape(_gather_past(caches, s), past2, new2, keep) for s in range(d.steps)]
         mel = self.decoder(mu, mask, spks, cond, noise * mask, True, tapes)
-        _extend(caches, tapes, new, frames)
-        return mel, new
+        _extend(caches, tapes, new_n, frames)
+        return mel, new_n

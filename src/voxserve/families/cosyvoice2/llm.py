@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ...runtime.step import hf_mask
+
 SOS, TASK_ID = 0, 1  # rows of llm_embedding
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20
 
@@ -82,7 +84,8 @@ class CosyLM(nn.Module):
         logits [B, T, vocab]; `cache` (a DynamicCache) is extended in place."""
         if inputs_embeds is None:
             inputs_embeds = self.speech_embedding(input_ids)
-        out = self.llm.model.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+        mask = hf_mask(self.llm.model.config, attention_mask, position_ids.shape[1], inputs_embeds.dtype)
+        out = self.llm.model.model(inputs_embeds=inputs_embeds, attention_mask=mask,
                                    position_ids=position_ids, cache=cache, use_cache=True)
         return self.llm_decoder(out.last_hidden_state)
 

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import VoiceLoadError
+from ...runtime.sync import host_read, upload
 from .config import CosyConfig, load_config
 from .flow import CosyFlow, FlowCache, FlowDims
 from .hift import HiFT, HiftDims, fold_weight_norm
@@ -140,7 +141,7 @@ class CosyModel:
     def next_input(self, seq, token: int) -> torch.Tensor:
         return self.lm.speech_embedding.weight[token]
 
-    def pick(self, seqs, scores: torch.Tensor) -> list[int]:
+    def pick(self, seqs, scores: torch.Tensor) -> torch.Tensor:
         return ras_pick(scores.log_softmax(-1), [s.sampler for s in seqs], [s.tokens for s in seqs])
 
     # ---------------------------------------------------------------- token2wav
@@ -161,8 +162,7 @@ class CosyModel:
         cache = FlowCache()
         if whole > 0:
             self.flow.chunk(prompt.speech_tokens[None, : whole + self.flow.dims.lookahead],
-                            torch.tensor([whole + self.flow.dims.lookahead], device=self.device),
-                            prompt.speech_feat[None], torch.tensor([len(prompt.speech_feat)], device=self.device),
+                            [whole + self.flow.dims.lookahead], prompt.speech_feat[None], [len(prompt.speech_feat)],
                             prompt.embedding[None], [cache])
         live = [(k, v) for k, v in self._prefixes.items() if v[0]() is not None]
         self._prefixes = dict(live[-(PREFIX_SPEAKERS - 1):])
@@ -191,13 +191,13 @@ class CosyModel:
             for k in idx:
                 st, toks, off, end, _, _ = jobs[k]
                 have = end if final else end + la
-                rows.append(torch.cat([st.prompt.speech_tokens, torch.tensor(toks[:have], dtype=torch.long,
-                                                                             device=self.device)]))
-            lengths = torch.tensor([len(r) for r in rows], device=self.device)
+                rows.append(torch.cat([st.prompt.speech_tokens, upload(toks[:have], torch.long, self.device)]))
+            # lengths stay on the host (the flow slices by them), as do the frame counts it returns
+            lengths = [len(r) for r in rows]
             tokens = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
             feats = [jobs[k][0].prompt.speech_feat for k in idx]
             pf = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-            pframes = torch.tensor([len(f) for f in feats], device=self.device)
+            pframes = [len(f) for f in feats]
             emb = torch.stack([jobs[k][0].prompt.embedding for k in idx])
             if cached:
                 caches = [jobs[k][0].flow for k in idx]
@@ -205,14 +205,14 @@ class CosyModel:
                 mel, new = self.flow.chunk(tokens, lengths, pf, pframes, emb, caches)
                 for j, k in enumerate(idx):
                     # the first chunk's new frames begin with the prompt's
-                    skip = int(pframes[j]) + jobs[k][2] * self.config.token_mel_ratio - starts[j]
-                    mels[k] = mel[j, :, skip:int(new[j])].float()
+                    skip = pframes[j] + jobs[k][2] * self.config.token_mel_ratio - starts[j]
+                    mels[k] = mel[j, :, skip:new[j]].float()
                 continue
             mel, frames = self.flow(tokens, lengths, pf, pframes, emb, masked, final)
             for j, k in enumerate(idx):
                 off = jobs[k][2]
-                start = int(pframes[j]) + off * self.config.token_mel_ratio
-                mels[k] = mel[j, :, start:int(frames[j])].float()
+                start = pframes[j] + off * self.config.token_mel_ratio
+                mels[k] = mel[j, :, start:frames[j]].float()
         return self._vocode(jobs, mels)
 
     def _vocode(self, jobs, mels) -> list[np.ndarray]:
@@ -223,7 +223,7 @@ class CosyModel:
             if st.mel is not None:
                 mel = torch.cat([st.mel, mel], dim=1)
             inputs.append(mel)
-        out: list[np.ndarray | None] = [None] * len(jobs)
+        out: list[torch.Tensor | None] = [None] * len(jobs)
         by_len: dict[int, list[int]] = {}
         for k, m in enumerate(inputs):
             by_len.setdefault(m.shape[-1], []).append(k)
@@ -246,8 +246,11 @@ class CosyModel:
                     st.mel, st.source = inputs[k][:, -MEL_CACHE:], source[:, -self.source_cache:]
                     st.tail = wave[-self.source_cache:]
                     wave = wave[: -self.source_cache]
-                out[k] = wave.cpu().numpy()
-        return out
+                out[k] = wave
+        # the batch's one device->host copy: every chunk's audio, concatenated on the device
+        host = host_read(torch.cat(out), "token2wav batch: the chunks' audio").numpy()
+        ends = np.cumsum([len(w) for w in out])
+        return [host[e - len(w):e] for w, e in zip(out, ends)]
 
     def _hift_rows(self, mels: list[torch.Tensor], streams: list[Stream]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """HiFT on equal-length mels, each row's source from its own generator."""

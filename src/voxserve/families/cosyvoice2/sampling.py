@@ -9,11 +9,14 @@ The rule, for one row with log-probabilities `logp` [V], its tokens so far and i
 2. repetition: if that token occurs at least win_size * tau_r times (10 x 0.1 = once) among the
    row's last win_size (10) tokens, draw again from the whole of p (in the same sorted order);
 3. while the row is under its minimum length, a draw of EOS or of a token above it is refused
-   and steps 1-2 run again (at most 100 times, then it fails); above its minimum, EOS stops the
-   row and a token above EOS is refused the same way (upstream's unistream rule).
+   and steps 1-2 run again (at most 100 trials; none admissible: the row gets -1 and the
+   decode step fails); above its minimum, EOS stops the row and a token above EOS is refused
+   the same way (upstream's unistream rule).
 
-A draw is inverse-CDF sampling with one uniform number from the row's generator
-(`torch.rand(1)`), so a row's tokens depend on its own logits and generator only. The CDF is
+A draw is inverse-CDF sampling with one uniform number. A row's uniforms come from its own
+generator, a fixed block per step: 2 per trial (the nucleus draw's, then the redraw's, used
+or not) for all 100 trials, so the trials run at once on the device and the step reads
+nothing back; a row's tokens depend on its own logits, history and generator only. The CDF is
 summed in float64 over the sorted probabilities: in float32 a sum over the whole vocabulary
 rounds differently when a row's logits move by batch-level float noise (~1e-6), which flipped
 about one full-distribution redraw in a hundred on a near-uniform model.
@@ -24,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+from ...runtime.sync import upload
 
 MAX_TRIALS = 100
 
@@ -40,22 +45,30 @@ class RasSampler:
         self.eos, self.min_tokens = eos, min_tokens
         self.top_p, self.top_k, self.win_size, self.tau_r = top_p, top_k, win_size, tau_r
 
-    def uniform(self) -> torch.Tensor:
-        return torch.rand(1, generator=self.generator, device=self.generator.device)
+    @property
+    def rule(self) -> tuple:
+        """The settings rows must share to be sampled together."""
+        return self.eos, self.top_p, self.top_k, self.win_size, self.tau_r
+
+    def uniforms(self) -> torch.Tensor:
+        """One step's uniform numbers: [MAX_TRIALS, 2] (float32, on the generator's device)."""
+        return torch.rand(MAX_TRIALS, 2, generator=self.generator, device=self.generator.device)
 
 
-def _draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """probs [n, K] (unnormalised, >= 0), u [n] in [0, 1) -> the index drawn per row."""
-    cdf = probs.cumsum(-1)
-    target = u * cdf[:, -1]
-    idx = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
-    return idx.clamp(max=probs.shape[-1] - 1)
+def _draw(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """cdf [n, K] (cumulative unnormalised probabilities), u [n, T] in [0, 1) -> [n, T] the
+    index drawn per row and trial."""
+    target = u * cdf[:, -1:]
+    return torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[-1] - 1)
 
 
-def ras_step(logp: torch.Tensor, samplers: Sequence[RasSampler], histories: Sequence[Sequence[int]]) -> list[int]:
-    """One draw (steps 1-2) for every row: logp [n, V] -> token ids."""
-    n = logp.shape[0]
+def ras_pick(logp: torch.Tensor, samplers: Sequence[RasSampler], histories: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The whole rule (steps 1-3) for every row, on the device: logp [n, V] -> ids [n] (long;
+    -1 where no trial was admissible)."""
     s0 = samplers[0]
+    if any(s.rule != s0.rule for s in samplers):
+        raise ValueError("rows sampled together must share their sampling settings")
+    dev = logp.device
     p = logp.double().softmax(-1)
     p, order = p.sort(dim=-1, descending=True, stable=True)  # [n, V] each
     k = min(s0.top_k, p.shape[-1])
@@ -63,29 +76,15 @@ def ras_step(logp: torch.Tensor, samplers: Sequence[RasSampler], histories: Sequ
     before = sp.cumsum(-1) - sp  # mass kept before each candidate
     keep = before < s0.top_p
     keep[:, 0] = True
-    u = torch.cat([s.uniform() for s in samplers]).to(p.device).double()
-    out = order.gather(1, _draw(sp * keep, u)[:, None]).squeeze(1).tolist()
-    redo = []
-    for r in range(n):
-        win = histories[r][-samplers[r].win_size:]
-        if sum(1 for t in win if t == out[r]) >= samplers[r].win_size * samplers[r].tau_r:
-            redo.append(r)
-    if redo:
-        u2 = torch.cat([samplers[r].uniform() for r in redo]).to(p.device).double()
-        full = order[redo].gather(1, _draw(p[redo], u2)[:, None]).squeeze(1).tolist()
-        for r, t in zip(redo, full):
-            out[r] = t
-    return out
-
-
-def ras_pick(logp: torch.Tensor, samplers: Sequence[RasSampler], histories: Sequence[Sequence[int]]) -> list[int]:
-    """The whole rule (steps 1-3) for every row: logp [n, V] -> token ids."""
-    out = ras_step(logp, samplers, histories)
-    for _ in range(MAX_TRIALS):
-        bad = [r for r, t in enumerate(out)
-               if t > samplers[r].eos or (t == samplers[r].eos and len(histories[r]) < samplers[r].min_tokens)]
-        if not bad:
-            return out
-        for r, t in zip(bad, ras_step(logp[bad], [samplers[r] for r in bad], [histories[r] for r in bad])):
-            out[r] = t
-    raise RuntimeError(f"sampling drew EOS or a special token {MAX_TRIALS} times in a row (under the minimum length)")
+    u = torch.stack([s.uniforms() for s in samplers]).to(dev).double()  # [n, T, 2]
+    first = order.gather(1, _draw((sp * keep).cumsum(-1), u[:, :, 0]))  # [n, T] step 1 of every trial
+    again = order.gather(1, _draw(p.cumsum(-1), u[:, :, 1]))  # [n, T] its redraw
+    # the rows' last win_size tokens, -1 where a history is shorter
+    w = s0.win_size
+    window = upload([[-1] * (w - len(h[-w:])) + list(h[-w:]) for h in histories], torch.long, dev)  # [n, w]
+    seen = (first[:, :, None] == window[:, None, :]).sum(-1)  # [n, T]
+    tok = torch.where(seen >= w * s0.tau_r, again, first)
+    under = upload([len(h) < s.min_tokens for h, s in zip(histories, samplers)], torch.bool, dev)
+    ok = (tok < s0.eos) | ((tok == s0.eos) & ~under[:, None])  # [n, T]
+    chosen = tok.gather(1, ok.long().argmax(-1, keepdim=True)).squeeze(1)  # the first admissible trial
+    return torch.where(ok.any(-1), chosen, torch.full_like(chosen, -1))

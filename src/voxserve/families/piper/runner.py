@@ -41,6 +41,7 @@ from torch.nn import functional as F
 
 from ...runtime.cpu import contended_groups, cpu_team, run_groups
 from ...runtime.offload import ResidentWeights, WeightOffloader
+from ...runtime.sync import host_read, upload
 from .buckets import decode_bucket, geometric_bucket
 from .cuda_graphs import GraphedStages
 from .model import GapMask, VitsDims, VitsModel
@@ -254,7 +255,10 @@ class VitsRunner(ResidentWeights):
 
     # ------------------------------------------------------------------ noise
     def _generator(self, seed: int | None) -> torch.Generator:
-        g = torch.Generator(device="cpu")
+        """An item's noise stream, on the model's device: on the CPU the noise of today's CPU
+        generator; on CUDA Philox's stream for the same seed (other numbers than the CPU's,
+        the same for the seed on every run and in every batch)."""
+        g = torch.Generator(device=self.device)
         g.manual_seed(secrets.randbits(63) if seed is None else seed & ((1 << 63) - 1))
         return g
 
@@ -262,23 +266,18 @@ class VitsRunner(ResidentWeights):
                scale_of) -> torch.Tensor:
         """[B, channels, max(lengths)] of per-item standard normal x scale (zeros when 0).
 
-        Drawn on the CPU from each item's own generator, so a seeded item gets the same noise
-        alone or in any batch, on any device; then moved in one copy.
+        Drawn on the device from each item's own generator, so a seeded item gets the same
+        noise alone or in any batch, and nothing crosses from the host.
         """
-        n = max(lengths)
-        if all(scale_of(it) == 0 for it in items):
-            return torch.zeros(len(items), channels, n, device=self.device)
-        out = torch.zeros(len(items), channels, n)
+        out = torch.zeros(len(items), channels, max(lengths), device=self.device)
         for i, (it, g, length) in enumerate(zip(items, gens, lengths)):
             s = scale_of(it)
             if s:
-                out[i, :, :length] = torch.randn(channels, length, generator=g) * s
-        return self._to_device(out)
+                out[i, :, :length] = torch.randn(channels, length, generator=g, device=self.device) * s
+        return out
 
     def _to_device(self, t: torch.Tensor) -> torch.Tensor:
-        if self.device.type == "cuda":
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t
+        return upload(t, t.dtype, self.device)
 
     # ------------------------------------------------------------------ run
     def run(self, items: Sequence[VitsItem], early: Sequence[int] = (),
@@ -415,7 +414,7 @@ class VitsRunner(ResidentWeights):
             spans.append((pos, pos + n))
             pos += n
         if self.device.type != "cuda":
-            return PendingAudio(flat.float().numpy(), spans)
+            return PendingAudio(host_read(flat.float(), "piper batch: the audio").numpy(), spans)
         host = torch.empty(flat.shape, dtype=torch.float32, pin_memory=True)
         done = torch.cuda.Event()
         self._copy_stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -496,11 +495,12 @@ class VitsRunner(ResidentWeights):
             groups = self.encode_groups([len(it.ids) for it in f_items])
             n_groups = len(groups)
             enc = [(grp, self._encode([f_items[j] for j in grp], [gens[j] for j in grp])) for grp in groups]
-            # the one device->host read of the batch: every item's frame count, and the
-            # durations of its ids (word timestamps), in one transfer
+            # the one device->host read of the batch: every item's frame count (the shapes of
+            # what follows), and the durations of its ids (word timestamps), in one transfer
             order = [j for grp in groups for j in grp]
-            host = torch.cat([e.frame_lengths.float() for _, e in enc]
-                             + [e.durations.reshape(-1).float() for _, e in enc]).cpu().numpy()
+            host = host_read(torch.cat([e.frame_lengths.float() for _, e in enc]
+                                       + [e.durations.reshape(-1).float() for _, e in enc]),
+                             "piper batch: frame counts and durations").numpy()
             y: dict[int, int] = dict(zip(order, host[: len(order)].astype(np.int64).tolist()))
             pos = len(order)
             for grp, e in enc:
@@ -521,7 +521,7 @@ class VitsRunner(ResidentWeights):
                                       len(f_items[j].ids) / max(y[j], 1)]
             for j, it in enumerate(f_items):  # after the duration noise, from the same generator
                 if it.noise_scale:
-                    segs[fresh[j]][2] = self._to_device(torch.randn(C, y[j], generator=gens[j]) * it.noise_scale)
+                    segs[fresh[j]][2] = torch.randn(C, y[j], generator=gens[j], device=self.device) * it.noise_scale
         for i, it in enumerate(items):
             if isinstance(it, VitsContinuation):
                 segs[i] = [it.m, it.logs, it.noise, it.g, it.left, it.ids_per_frame]
@@ -679,8 +679,10 @@ class VitsRunner(ResidentWeights):
             m_p, logs_p, _, durations = m.encode(self._to_device(torch.from_numpy(ids)),
                                                  self._to_device(torch.tensor(t_lens)), g, dur_noise, length_scale)
         y_t = m.frame_lengths(durations)
-        # the one device->host read of the batch: frame counts and the ids' durations
-        host = torch.cat([y_t.float(), durations.reshape(-1).float()]).cpu().numpy()
+        # the one device->host read of the batch: frame counts (the shapes of what follows)
+        # and the ids' durations
+        host = host_read(torch.cat([y_t.float(), durations.reshape(-1).float()]),
+                         "piper batch: frame counts and durations").numpy()
         y_len = host[:B].astype(np.int64).tolist()
         T = durations.shape[1]
         durs = [host[B + i * T : B + i * T + n].astype(np.int32) for i, n in enumerate(t_lens)]
@@ -688,7 +690,7 @@ class VitsRunner(ResidentWeights):
             for i, it in enumerate(items):  # over its limit: one frame of work, result replaced
                 if over_limit(it, y_len[i]):
                     over[i], y_len[i] = y_len[i], 1
-            y_t = torch.tensor(y_len, device=y_t.device, dtype=y_t.dtype)
+            y_t = upload(y_len, y_t.dtype, y_t.device)
         n = max(y_len)
         mm, ll, y_mask = m.expand(m_p, logs_p, durations, y_t, n)
         z_noise = self._noise(items, gens, y_len, self.dims.inter_channels, lambda it: it.noise_scale)
@@ -697,7 +699,7 @@ class VitsRunner(ResidentWeights):
         with self._stage("synth"):
             z = m.flow_reverse(mm, ll, y_mask, z_noise, g)
             for run in self._decode_groups(y_len):
-                idx = torch.tensor(run, device=self.device)
+                idx = upload(run, torch.long, self.device)
                 nn_ = max(y_len[i] for i in run)
                 full = all(y_len[i] == nn_ for i in run)
                 audio = m.decode(z.index_select(0, idx)[:, :, :nn_],
