@@ -181,6 +181,8 @@ def merge_vowel_clusters(phones: Sequence[str], clusters: set[tuple[str, ...]]) 
 def phonemize_sentences(text: str, voice: str = "en-us",
                         vowel_clusters: set[tuple[str, ...]] | None = None) -> list[list[str]]:
     """Text -> phonemes grouped by the sentences espeak-ng sees (Piper's unit of synthesis)."""
+    if not text.strip():  # nothing to say, and the front end asks often (the gaps between blocks)
+        return []
     with _LOCK:
         clauses = _espeak().clauses(voice, text)
     sentences: list[list[str]] = []
