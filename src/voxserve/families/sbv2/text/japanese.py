@@ -102,7 +102,12 @@ def replace_punctuation(text: str) -> str:
 def _number_to_words(s: str) -> str:
     from num2words import num2words
 
-    return num2words(s, lang="ja")
+    try:
+        return num2words(s, lang="ja")
+    except (OverflowError, ValueError):  # past 10**52 (or Python's 4300-digit int): digit by digit
+        whole, _, frac = s.partition(".")
+        out = "".join(num2words(c, lang="ja") for c in whole)
+        return out + "点" + "".join(num2words(c, lang="ja") for c in frac) if frac else out
 
 
 def normalize_text(text: str) -> str:
