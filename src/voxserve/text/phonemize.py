@@ -181,8 +181,6 @@ def merge_vowel_clusters(phones: Sequence[str], clusters: set[tuple[str, ...]]) 
 def phonemize_sentences(text: str, voice: str = "en-us",
                         vowel_clusters: set[tuple[str, ...]] | None = None) -> list[list[str]]:
     """Text -> phonemes grouped by the sentences espeak-ng sees (Piper's unit of synthesis)."""
-    if not text.strip():  # nothing to say, and the front end asks often (the gaps between blocks)
-        return []
     with _LOCK:
         clauses = _espeak().clauses(voice, text)
     sentences: list[list[str]] = []
@@ -211,6 +209,8 @@ def phonemize(text: str, voice: str = "en-us",
     decides utterance boundaries. `phoneme_map` (older Piper voices) replaces a phoneme by a
     sequence of phonemes.
     """
+    if not text.strip():  # nothing to say, and the front end asks often (the gaps between blocks)
+        return []
     parts = phonemize_sentences(text, voice, vowel_clusters)
     out: list[str] = []
     for i, part in enumerate(parts):
