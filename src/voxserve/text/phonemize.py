@@ -94,10 +94,10 @@ def _word_count(run: str) -> int:
         return 1  # the common word: one
     n, prev = 1, None
     for ch in run:
-        cls = (ch.isdigit(), ch.isupper(), ch < "\u0250", ch)
+        cls = (ch.isdigit(), ch.isupper(), ch < "\u0250")
         if ch >= "\u3040":
             n += 1
-        elif prev is not None and cls[:3] != prev[:3]:
+        elif prev is not None and cls != prev:
             n += 1
         prev = cls
     return n
@@ -126,7 +126,7 @@ def espeak_pieces(text: str) -> list[str]:
             cut(m.start())
             for i in range(MAX_WORD_CHARS, len(run), MAX_WORD_CHARS):
                 cut(m.start() + i)
-            words, after = _word_count(text[start:m.end()]), None
+            words, dotted, after = _word_count(text[start:m.end()]), 0, None
         elif run is not None:
             n = _word_count(run)
             if len(run) == 1 and run.isalpha():
@@ -138,7 +138,7 @@ def espeak_pieces(text: str) -> list[str]:
                 dotted, after = 0, None
             if words + n > MAX_CLAUSE_WORDS:
                 cut(m.start())
-                dotted = min(dotted, 1)
+                dotted = 1 if after == "letter" else 0  # this letter starts the new piece's run
             words += n
         else:
             # "a.b" and "a . b" go on; in "a. b" espeak-ng drops the dot, and the run ends
