@@ -68,6 +68,6 @@ def test_splitting_is_linear_with_a_quadratic_measure_counted():
 
 
 def test_sentence_ends_are_found_in_linear_time():
-    t1 = _cpu(lambda: split_sentences("A. " * 20000))
-    t2 = _cpu(lambda: split_sentences("A. " * 40000))
-    assert t2 < 3 * max(t1, 0.02), (t1, t2)
+    t1 = _cpu(lambda: split_sentences("A. " * 50000))  # ~0.15 s here; main: 17.7 s for 20,000
+    t2 = _cpu(lambda: split_sentences("A. " * 100000))
+    assert t2 < 3 * max(t1, 0.1), (t1, t2)

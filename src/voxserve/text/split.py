@@ -35,6 +35,9 @@ CONJUNCTIONS = frozenset(
 )
 
 
+_NEXT = re.compile(r"\s*(\S?)")
+
+
 def _token_before(text: str, end: int) -> str:
     """The non-space run that ends at `end` (scanned back from it: a regex searched over
     text[:end] at every candidate period made splitting quadratic in a long text)."""
@@ -48,10 +51,9 @@ def _is_boundary(text: str, m: re.Match) -> bool:
     if m.group(3):  # CJK terminators end a sentence wherever they stand
         return True
     punct = m.group(1)
-    rest = text[m.end():].lstrip()
-    if not rest:
+    nxt = _NEXT.match(text, m.end()).group(1)  # the next non-space character (not a copy of the rest)
+    if not nxt:
         return True
-    nxt = rest[0]
     if ";" in punct or "!" in punct or "?" in punct:
         return not (m.group(2) and nxt.islower())  # '"Stop!" he said' continues
     if punct != ".":  # "..." (ellipsis): continues into a lower-case word
