@@ -28,7 +28,6 @@ _CJK_END = "。！？"
 _CLOSERS = "\"')]}»”’"
 # a run of terminators, then optional closing quotes/brackets
 _BOUNDARY = re.compile(r"([.!?;]+|\.\.\.)([" + re.escape(_CLOSERS) + r"]*)(?=\s|$)|([" + _CJK_END + r"]+[" + re.escape(_CLOSERS) + r"]*)")
-_TOKEN_BEFORE = re.compile(r"(\S+)$")
 _INITIALS = re.compile(r"^(?:[A-Za-z]\.)*[A-Za-z]$")
 CONJUNCTIONS = frozenset(
     "and or but nor so yet because although though while whereas which who whom whose that "
@@ -36,14 +35,25 @@ CONJUNCTIONS = frozenset(
 )
 
 
+_NEXT = re.compile(r"\s*(\S?)")
+
+
+def _token_before(text: str, end: int) -> str:
+    """The non-space run that ends at `end` (scanned back from it: a regex searched over
+    text[:end] at every candidate period made splitting quadratic in a long text)."""
+    start = end
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    return text[start:end]
+
+
 def _is_boundary(text: str, m: re.Match) -> bool:
     if m.group(3):  # CJK terminators end a sentence wherever they stand
         return True
     punct = m.group(1)
-    rest = text[m.end():].lstrip()
-    if not rest:
+    nxt = _NEXT.match(text, m.end()).group(1)  # the next non-space character (not a copy of the rest)
+    if not nxt:
         return True
-    nxt = rest[0]
     if ";" in punct or "!" in punct or "?" in punct:
         return not (m.group(2) and nxt.islower())  # '"Stop!" he said' continues
     if punct != ".":  # "..." (ellipsis): continues into a lower-case word
@@ -51,8 +61,7 @@ def _is_boundary(text: str, m: re.Match) -> bool:
     # a single period
     if nxt.islower() or nxt in ",;:":
         return False
-    before = _TOKEN_BEFORE.search(text[: m.start()])
-    token = before.group(1) if before else ""
+    token = _token_before(text, m.start())
     bare = token.lstrip("\"'([{").lower()
     if bare in ABBREVIATIONS:
         return bare in _SENTENCE_FINAL_ABBREVIATIONS and nxt.isupper()
@@ -82,18 +91,32 @@ def split_sentences(text: str) -> list[str]:
 _CLAUSE = re.compile(r"(?<=[,:])\s+|(?<=\))\s+|\s+(?=\()")
 
 
+def _longest(n: int, start: int, fits: Callable[[int, int], bool]) -> int:
+    """The end of the longest span [start, end) of n items that `fits`, taking the first item
+    whatever it measures: the greedy cut, found by doubling then halving the span, so that a
+    piece costs O(log) measures rather than one per item (a measure is linear in its span, so
+    one per item was quadratic: 14 s of espeak-ng for "[[ ]] " x 680). Measures grow with the
+    span (more words, more phonemes), so this is the first span that does not fit, less one."""
+    lo, step = start + 1, 1
+    while lo < n and fits(start, min(lo + step, n)):
+        lo, step = min(lo + step, n), step * 2
+    hi = min(lo + step, n + 1)  # does not fit (or is past the end)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(start, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _greedy_merge(pieces: list[str], limit: int, measure: Callable[[str], int]) -> list[str]:
     out: list[str] = []
-    cur = ""
-    for p in pieces:
-        cand = f"{cur} {p}" if cur else p
-        if cur and measure(cand) > limit:
-            out.append(cur)
-            cur = p
-        else:
-            cur = cand
-    if cur:
-        out.append(cur)
+    i = 0
+    while i < len(pieces):
+        end = _longest(len(pieces), i, lambda a, b: measure(" ".join(pieces[a:b])) <= limit)
+        out.append(" ".join(pieces[i:end]))
+        i = end
     return out
 
 
@@ -102,46 +125,53 @@ def _is_conjunction(word: str) -> bool:
 
 
 def _split_words(text: str, limit: int, measure: Callable[[str], int]) -> list[str]:
+    """Greedy runs of words within `limit`; a run that meets its limit breaks before its last
+    conjunction if that keeps at least half of it; a word over the limit alone, in pieces."""
     words = text.split()
     out: list[str] = []
-    cur: list[str] = []
-    for w in words:
-        if measure(w) > limit:  # a single "word" too long to say in one go
-            if cur:
-                out.append(" ".join(cur))
-                cur = []
-            out.extend(_split_chars(w, limit, measure))
+
+    def fits(a: int, b: int) -> bool:
+        return measure(" ".join(words[a:b])) <= limit
+
+    stop = [len(words)] * (len(words) + 1)  # stop[i]: the first word at or after i over the limit
+    for j in range(len(words) - 1, -1, -1):
+        stop[j] = j if measure(words[j]) > limit else stop[j + 1]
+    i = 0
+    while i < len(words):
+        if stop[i] == i:  # a single "word" too long to say in one go
+            out.extend(_split_chars(words[i], limit, measure))
+            i += 1
             continue
-        if cur and measure(" ".join(cur + [w])) > limit:
-            # break before the last conjunction if that keeps at least half of the chunk
-            cut = max((i for i in range(1, len(cur)) if _is_conjunction(cur[i])), default=0)
-            while cut > 1 and _is_conjunction(cur[cut - 1]):  # "and then": break before the first
-                cut -= 1
-            if cut and measure(" ".join(cur[:cut])) * 2 >= limit:
-                out.append(" ".join(cur[:cut]))
-                cur = cur[cut:]
-                if measure(" ".join(cur + [w])) > limit:
-                    out.append(" ".join(cur))
-                    cur = []
-            else:
-                out.append(" ".join(cur))
-                cur = []
-        cur.append(w)
-    if cur:
-        out.append(" ".join(cur))
+        t = stop[i]
+        end = _longest(t, i, fits)
+        if end == t:
+            out.append(" ".join(words[i:end]))
+            i = end
+            continue
+        # words[end] does not fit: break before the last conjunction ("and then": the first)
+        cur = words[i:end]
+        cut = max((k for k in range(1, len(cur)) if _is_conjunction(cur[k])), default=0)
+        while cut > 1 and _is_conjunction(cur[cut - 1]):
+            cut -= 1
+        if cut and measure(" ".join(cur[:cut])) * 2 >= limit:
+            out.append(" ".join(cur[:cut]))
+            if fits(i + cut, end + 1):
+                i += cut  # the rest grows on from the conjunction
+                continue
+            out.append(" ".join(words[i + cut:end]))
+        else:
+            out.append(" ".join(cur))
+        i = end
     return out
 
 
 def _split_chars(word: str, limit: int, measure: Callable[[str], int]) -> list[str]:
     out: list[str] = []
-    cur = ""
-    for ch in word:
-        if cur and measure(cur + ch) > limit:
-            out.append(cur)
-            cur = ""
-        cur += ch
-    if cur:
-        out.append(cur)
+    i = 0
+    while i < len(word):
+        end = _longest(len(word), i, lambda a, b: measure(word[a:b]) <= limit)
+        out.append(word[i:end])
+        i = end
     return out
 
 

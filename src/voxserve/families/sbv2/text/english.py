@@ -85,9 +85,19 @@ _REPLACE = {
 _REPLACE_RE = re.compile("|".join(re.escape(k) for k in _REPLACE))
 
 
+# A number of more digits is read digit by digit, as the Piper voices' normaliser reads it
+# (text/spoken.py): inflect names none past 10**36, and no one says a 16-digit run as a number.
+MAX_NUMBER_DIGITS = 15
+_DIGIT_WORDS = "zero one two three four five six seven eight nine".split()
+
+
+def _digits(s: str) -> str:
+    return " ".join(_DIGIT_WORDS[int(c)] for c in s)
+
+
 def _dollars(m: re.Match[str]) -> str:
     parts = m.group(1).split(".")
-    if len(parts) > 2:
+    if len(parts) > 2 or any(len(p.replace(",", "")) > MAX_NUMBER_DIGITS for p in parts):
         return m.group(1) + " dollars"
     dollars = int(parts[0]) if parts[0] else 0
     cents = int(parts[1]) if len(parts) > 1 and parts[1] else 0
@@ -103,6 +113,8 @@ def _dollars(m: re.Match[str]) -> str:
 
 
 def _number(m: re.Match[str]) -> str:
+    if len(m.group(0)) > MAX_NUMBER_DIGITS:
+        return _digits(m.group(0))
     eng = _inflect()
     num = int(m.group(0))
     if 1000 < num < 3000:  # years: 1984 -> nineteen eighty-four
@@ -121,7 +133,8 @@ def normalize_numbers(text: str) -> str:
     text = _POUNDS.sub(r"\1 pounds", text)
     text = _DOLLARS.sub(_dollars, text)
     text = _DECIMAL.sub(lambda m: m.group(1).replace(".", " point "), text)
-    text = _ORDINAL.sub(lambda m: _inflect().number_to_words(m.group(0)), text)
+    text = _ORDINAL.sub(lambda m: m.group(0) if len(m.group(0)) - 2 > MAX_NUMBER_DIGITS  # its digits, below
+                        else _inflect().number_to_words(m.group(0)), text)
     return _NUMBER.sub(_number, text)
 
 

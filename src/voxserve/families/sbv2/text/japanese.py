@@ -102,7 +102,12 @@ def replace_punctuation(text: str) -> str:
 def _number_to_words(s: str) -> str:
     from num2words import num2words
 
-    return num2words(s, lang="ja")
+    try:
+        return num2words(s, lang="ja")
+    except (OverflowError, ValueError):  # past 10**52 (or Python's 4300-digit int): digit by digit
+        whole, _, frac = s.partition(".")
+        out = "".join(num2words(c, lang="ja") for c in whole)
+        return out + "点" + "".join(num2words(c, lang="ja") for c in frac) if frac else out
 
 
 def normalize_text(text: str) -> str:
@@ -278,11 +283,10 @@ def _align_tones(phones: list[str], phone_tones: list[tuple[str, int]]) -> list[
 
 
 def distribute_phones(n_phone: int, n_token: int) -> list[int]:
-    """`n_phone` phones over `n_token` tokens, one at a time to the leftmost least-filled token."""
-    counts = [0] * n_token
-    for _ in range(n_phone):
-        counts[counts.index(min(counts))] += 1
-    return counts
+    """`n_phone` phones over `n_token` tokens, one at a time to the leftmost least-filled token:
+    each gets n_phone // n_token, the first n_phone % n_token one more."""
+    q, r = divmod(n_phone, n_token)
+    return [q + 1] * r + [q] * (n_token - r)
 
 
 def g2p(norm_text: str, tokenizer: Tokenizer, use_jp_extra: bool = True) -> tuple[list[str], list[int], list[int]]:
@@ -306,9 +310,21 @@ def g2p_words(norm_text: str, tokenizer: Tokenizer,
     flat = [p for ph in word_phones for p in ph]
     aligned = _align_tones(flat, phone_tones)
     word2ph: list[int] = []
+    carry = 0  # phones of words with no token yet to place
     for word, ph in zip(words, word_phones):
         tokens = [word] if word in _PUNCT else tokenizer.tokenize(word)
-        word2ph += distribute_phones(len(ph), len(tokens))
+        if not tokens:
+            # a word OpenJTalk adds with no text of its own (the unit ジョ in a long run of 九):
+            # its phones go with the token before it (after it, at the start)
+            if word2ph:
+                word2ph[-1] += len(ph)
+            else:
+                carry += len(ph)
+            continue
+        word2ph += distribute_phones(len(ph) + carry, len(tokens))
+        carry = 0
+    if carry:
+        raise JapaneseFrontEndError(f"no BERT token to carry the phones of {norm_text!r}")
     aligned = [("_", 0)] + aligned + [("_", 0)]
     word2ph = [1] + word2ph + [1]
     phones = [p for p, _ in aligned]
