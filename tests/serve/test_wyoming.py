@@ -188,6 +188,7 @@ def fake():
     "Hello there. How are you today? Fine, thanks!",
     "Dr. Smith met Mr. Jones at 3.5 p.m. They talked... and then left. \"Stop!\" he said. Done",
     "One; two; three.\n\nA new paragraph. e.g. this one continues. The end.",
+    '"Stop!" he said. 今日は。明日は\n\n(Quoted.) Then U.S.A. Next... and on. $3.50 is it',
 ])
 @pytest.mark.parametrize("step", [1, 3, 7])
 def test_sentence_buffer_gives_what_the_whole_text_splits_into(text, step):
@@ -205,6 +206,22 @@ def test_sentence_buffer_holds_the_last_piece_until_text_follows():
     assert buf.feed(" ") == []  # could still go on in lower case ("Mr. smith")
     assert buf.feed("Then") == ["It costs $3."]
     assert buf.finish() == ["Then"]
+
+
+def test_sentence_buffer_splits_only_when_a_sentence_may_have_ended(monkeypatch):
+    """Chunks that cannot end a sentence cost their own length, not a re-split of the held text
+    (issue 49: 4 KB held, then 19,000 empty chunks, each re-split 4 KB on the event loop)."""
+    from voxserve.serve import wyoming
+
+    calls = []
+    monkeypatch.setattr(wyoming, "split_sentences", lambda t: calls.append(len(t)) or split_sentences(t))
+    buf = SentenceBuffer()
+    assert buf.feed("word " * 800) == [] and len(calls) == 0
+    for piece in ["", "", " ", "more", "", "words"] * 100:
+        assert buf.feed(piece) == []
+    assert calls == []
+    assert buf.feed(" end.") == [] and len(calls) == 1  # "end." could still be "end.5"
+    assert buf.feed(" Next") == [("word " * 800 + " morewords" * 100 + " end.").strip()] and len(calls) == 2
 
 
 # --------------------------------------------------------------------------- describe
@@ -384,6 +401,112 @@ def test_text_over_the_limit_is_refused(fake):
     assert one_shot.types == ["error"] and one_shot.errors[0].code == "text_too_long"
     assert "error" in streamed.types and streamed.types[-1] == "synthesize-stopped"
     assert streamed.errors[0].code == "text_too_long"
+
+
+def test_empty_chunks_count_toward_the_text_bound(fake):
+    """Each synthesize-chunk counts as one character at least: a flood of empty chunks ends the
+    request with text_too_long (before: they counted nothing, for up to max_events events)."""
+    eng, _ = fake
+
+    async def go():
+        async with wyoming_server(eng, max_input_chars=100) as server, client(server, read_timeout=10) as c:
+            await c.write_event(SynthesizeStart().event())
+            await c.write_event(SynthesizeChunk(text="Hello there").event())
+            for _ in range(200):
+                await c.write_event(SynthesizeChunk(text="").event())
+            await c.write_event(SynthesizeStop().event())
+            reply = await read_reply(c, until="error")
+            return await read_reply(c, until="synthesize-stopped", reply=reply)
+
+    reply = run(go(), timeout=60)
+    assert reply.errors and reply.errors[0].code == "text_too_long" and reply.types[-1] == "synthesize-stopped"
+
+
+def test_a_flood_of_chunks_without_a_sentence_end_keeps_the_event_loop_responsive(fake, monkeypatch):
+    """The issue's flood, scaled down: 8 connections each hold ~3 KB without a sentence end and
+    then send 1,000 one-character chunks. Each chunk re-split the whole held text on the shared
+    event loop; now only a chunk that may end a sentence splits (none here), so the loop's lag
+    (a 5 ms ticker's worst lateness, on the server's own loop: the clients run outside it)
+    stays small."""
+    import json
+    import threading
+
+    from voxserve.serve import wyoming
+
+    eng, _ = fake
+    splits = []
+    monkeypatch.setattr(wyoming, "split_sentences", lambda t: splits.append(len(t)) or split_sentences(t))
+
+    def line(kind: str, **data) -> bytes:
+        return json.dumps({"type": kind, "data": data}).encode() + b"\n"
+
+    blob = b"".join([line("synthesize-start"), line("synthesize-chunk", text="word " * 600),
+                     *[line("synthesize-chunk", text="x")] * 1000, line("synthesize-stop"), line("describe")])
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = WyomingServer(eng, WyomingConfig(uri="tcp://127.0.0.1:0", max_input_chars=8192))
+    lags: list[float] = []
+    done = threading.Event()
+
+    async def ticker():
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lags.append(time.perf_counter() - t - 0.005)
+
+    def flood(port: int, answered: list) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+            sock.sendall(blob)
+            got = b""
+            while b'"type": "info"' not in got and b'"type":"info"' not in got:
+                more = sock.recv(1 << 16)
+                if not more:
+                    break
+                got += more
+            answered.append(b'"info"' in got)
+
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+        tick = asyncio.run_coroutine_threadsafe(ticker(), loop)
+        answered: list[bool] = []
+        clients = [threading.Thread(target=flood, args=(port_of(server), answered)) for _ in range(8)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(120)
+        done.set()
+        tick.result(10)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    worst = max(lags)
+    print(f"worst event-loop lag during the flood: {worst * 1000:.0f} ms; held text re-split {len(splits)} times")
+    assert answered == [True] * 8
+    assert len(splits) <= 8  # one per connection, at its synthesize-stop (8,000 re-splits of ~3-4 KB before)
+    assert worst < 0.5, worst
+
+
+def test_a_deeply_nested_header_gets_an_error_event_and_the_server_lives_on(fake):
+    eng, _ = fake
+
+    async def go():
+        async with wyoming_server(eng) as server:
+            port = port_of(server)
+            async with client(port, read_timeout=10) as c:
+                deep = b'{"type": "synthesize", "data": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}\n"
+                c._writer.write(deep)
+                await c._writer.drain()
+                first, then = await c.read_event(), await c.read_event()
+            async with client(port, read_timeout=10) as c:
+                await c.write_event(Describe().event())
+                info = await c.read_event()
+            return first, then, info
+
+    first, then, info = run(go(), timeout=60)
+    assert first is not None and Error.from_event(first).code == "bad_event" and then is None
+    assert Info.is_type(info.type)
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -137,6 +137,13 @@ class _RequestState:
     deadline: float = float("inf")  # monotonic: admission keeps its finish before it (inf: no speed known)
     budget: AudioBudget | None = None  # the audio it has made, against its voice's limit
     staged: int = 0  # sentences waiting for a shared component's stage (not yet in the scheduler)
+    starved_since: float | None = None
+    """Monotonic: since when it waits on its own front end with nothing on the device. Such a
+    request is not late by anyone's fault: its deadline moves by that time (`live_deadline`), so
+    a slow text never makes every new request "delay" it (429 for all while it runs)."""
+
+    def live_deadline(self, now: float) -> float:
+        return self.deadline + (now - self.starved_since if self.starved_since is not None else 0.0)
 
 
 @dataclass
@@ -339,7 +346,7 @@ class _Worker:
                 left = self.scheduler.pending_cost(r.id)
                 if r.total is None:
                     left += max(0.0, r.est_cost - r.produced_cost)
-                accepted[r.id] = (left * spc[r.voice], r.deadline)
+                accepted[r.id] = (left * spc[r.voice], r.live_deadline(now))
         in_flight = sum(0.5 * c * spc[v] for v, c in self.running_cost.items())  # on average half done
         own = cost * spc[voice]
         adm = time_admission(now, self.engine.config.max_queue_wait_s, own, accepted, in_flight, self.lanes)
@@ -922,7 +929,8 @@ class Engine:
             w.scheduler.add_request(rid, voice_name, streaming=streaming)
             r = _RequestState(rid, voice_name, units, sink, w, frontend_running=True, chars=len(text), est_cost=est,
                               deadline=float("inf") if adm is None else now + bound + adm[1],
-                              budget=AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)))
+                              budget=AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)),
+                              starved_since=now)
             self._requests[rid] = r
             w.requests[rid] = r
             self._mark_activity()
@@ -998,6 +1006,8 @@ class Engine:
                             r.frontend_running = True
                         else:
                             return
+                    if r.starved_since is None and self._pending(r) == 0:
+                        r.starved_since = time.monotonic()  # the device ran all it had
                 try:
                     unit = next(r.units)
                 except StopIteration:
@@ -1012,6 +1022,9 @@ class Engine:
                 with w.cond:
                     if r.finished:
                         return
+                    if r.starved_since is not None:  # from now it has device work
+                        r.deadline = r.live_deadline(time.monotonic())
+                        r.starved_since = None
                     if unit.component is None:
                         w.scheduler.add_item(r.id, unit.index, unit.cost, unit, time.monotonic())
                     elif unit.component in w.components:  # its shared component's stage first

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -58,6 +59,10 @@ SAMPLES_PER_CHUNK = 1024
 """Samples per audio-chunk event (wyoming-piper's size)."""
 WIDTH, CHANNELS = 2, 1  # 16-bit mono
 MAX_QUEUED = 4
+YIELD_EVERY = 32
+"""Events one connection handles before the event loop's other work gets a turn."""
+SPLIT_ON_LOOP_CHARS = 512
+"""A streamed request's held text longer than this is re-split on a worker thread."""
 """Replies (requests, info) one connection may have waiting behind the one being written."""
 _ATTRIBUTION = Attribution(name="voxserve", url="")
 
@@ -135,16 +140,46 @@ def _lang_key(lang: str) -> str:
     return lang.replace("-", "_").lower()
 
 
+# What can end a sentence or paragraph for `split_sentences`: terminators, CJK terminators, the
+# closing quotes after them, and newlines (blank lines). Text without them ends nothing.
+_MAY_END = re.compile(r"[.!?;\n" + re.escape("。！？\"')]}»”’") + "]")
+
+
 class SentenceBuffer:
     """Text as it streams in -> the sentences known to be complete. A sentence is complete once
     text follows it that `split_sentences` does not join to it, so the last piece is held back
-    (more text could still continue it) until `finish`."""
+    (more text could still continue it) until `finish`.
+
+    Incremental: the held piece is re-split only when the new text could end a sentence (it
+    holds one of `_MAY_END`, or the held piece ends in one and the new text is the first that
+    follows it); any other chunk costs its own length, whatever the held text's (a stream of
+    tiny or empty chunks after 4 KB without a sentence end re-split 4 KB per event)."""
 
     def __init__(self):
         self.text = ""
+        self._open_end = False  # the held text ends in a terminator (or newline) not yet decided
 
     def feed(self, text: str) -> list[str]:
+        return self.split() if self.add(text) else []
+
+    def add(self, text: str) -> bool:
+        """Hold `text`; True if a sentence may have ended (then `split`). O(len(text))."""
         self.text += text
+        if not text.strip():  # whitespace ends nothing: a sentence ends only once text follows
+            self._open_end = self._open_end or "\n" in text
+            return False
+        may_end = self._open_end or _MAY_END.search(text) is not None
+        body = text.rstrip()
+        self._open_end = _MAY_END.search(text, len(body) - 1) is not None  # its last mark, and after
+        return may_end
+
+    @property
+    def heavy(self) -> bool:
+        """Whether the next re-split is worth a worker thread (not the shared event loop)."""
+        return len(self.text) > SPLIT_ON_LOOP_CHARS
+
+    def split(self) -> list[str]:
+        """The sentences completed in the held text (which keeps the last piece)."""
         parts = split_sentences(self.text)
         if len(parts) < 2:
             return []
@@ -153,7 +188,7 @@ class SentenceBuffer:
         return parts[:-1]
 
     def finish(self) -> list[str]:
-        parts, self.text = split_sentences(self.text), ""
+        parts, self.text, self._open_end = split_sentences(self.text), "", False
         return parts
 
 
@@ -227,7 +262,14 @@ class _Connection:
                 if n > self.config.max_events:
                     raise _ProtocolError(f"over {self.config.max_events} events on one connection; open a new one",
                                          "too_many_events")
-                self._handle(event)
+                if SynthesizeChunk.is_type(event.type):
+                    await self._stream_chunk(event)  # may split on a worker thread
+                else:
+                    self._handle(event)
+                if n % YIELD_EVERY == 0:
+                    # buffered events are read without a pause: let the loop's other work
+                    # (other connections, the HTTP server) run between bursts
+                    await asyncio.sleep(0)
         except _ProtocolError as e:
             log.info("wyoming client %s: %s", self._peer(), e)
             # the writer stops between events (a cancelled write leaves whole events buffered)
@@ -268,6 +310,8 @@ class _Connection:
             return None
         try:
             header = json.loads(line)
+        except RecursionError:  # nested past the parser's depth: an answer, not a dead task
+            raise _ProtocolError("an event header is nested too deeply", "bad_event") from None
         except ValueError:
             raise _ProtocolError("an event header is not JSON", "bad_event") from None
         if not isinstance(header, dict) or not isinstance(header.get("type"), str):
@@ -283,6 +327,8 @@ class _Connection:
             if lengths[0]:
                 try:
                     more = json.loads(await self.reader.readexactly(lengths[0]))
+                except RecursionError:
+                    raise _ProtocolError("an event's data is nested too deeply", "bad_event") from None
                 except ValueError:
                     raise _ProtocolError("an event's data is not JSON", "bad_event") from None
                 if not isinstance(more, dict):
@@ -313,8 +359,6 @@ class _Connection:
             self._synthesize(event)
         elif SynthesizeStart.is_type(event.type):
             self._stream_start(event)
-        elif SynthesizeChunk.is_type(event.type):
-            self._stream_chunk(event)
         elif SynthesizeStop.is_type(event.type):
             self._stream_stop()
         # other events (ping, audio of other programs) are not for a TTS server: ignored
@@ -389,7 +433,7 @@ class _Connection:
         self.jobs.add(job)
         self._reply(job)
 
-    def _stream_chunk(self, event: Event) -> None:
+    async def _stream_chunk(self, event: Event) -> None:
         job = self.streamed
         if job is None:
             if self.streamed_failed:
@@ -398,11 +442,19 @@ class _Connection:
         text = event.data.get("text")
         if not isinstance(text, str):
             raise _ProtocolError("'synthesize-chunk' needs a 'text' string", "bad_event")
-        self.streamed_chars += len(text)
+        # a chunk counts as one character at least: empty chunks, which cost an event each,
+        # cannot go on for ever within a request's bound
+        self.streamed_chars += max(1, len(text))
+        buf = self.streamed_text
         try:
             if self.streamed_chars > self.config.max_input_chars:
                 raise TextTooLongError(self.streamed_chars, self.config.max_input_chars)
-            for sentence in self.streamed_text.feed(text):
+            if not buf.add(text):
+                return
+            sentences = await asyncio.to_thread(buf.split) if buf.heavy else buf.split()
+            if self.streamed is not job:  # gone meanwhile
+                return
+            for sentence in sentences:
                 self._submit_sentence(job, sentence)
         except VoxserveError as e:
             self._stream_failed(job, e)

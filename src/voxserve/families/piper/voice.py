@@ -98,24 +98,39 @@ class VitsVoice(Voice):
         source = SourceWords(" ".join(said), Aligned.join(" ", aligned, said))
         id_map = self.frontend.to_ids.id_map
 
+        silence = self.silence_after(opts)
+        gap = silence_samples(silence, self.sample_rate)  # the joiner puts it before every unit but the first
+        # a unit of silence alone, with the sentence gap the joiner puts before it: SILENCE_UNIT_S
+        lone = silence_samples(SILENCE_UNIT_S, self.sample_rate) - gap
+
         def gen() -> Iterator[Unit]:
-            n, pause = 0, 0.0
+            n, said, pause = 0, 0, 0.0  # units, sentences (their seeds), pending break seconds
+
+            def lone_units() -> Iterator[Unit]:
+                # a run of breaks goes out as units of at most SILENCE_UNIT_S, each made as it is
+                # sent (a 1790 s run was one 158 MB array, then copied with the next sentence)
+                nonlocal n, pause
+                while pause > SILENCE_UNIT_S:
+                    yield Unit(n, "", 1, Paused(lone, None), lone / self.sample_rate)
+                    n, pause = n + 1, pause - SILENCE_UNIT_S
+
             for s in self.frontend.iter_document(doc, spoken):
                 if isinstance(s, Break):  # SSML <break>: silence before the next sentence's audio
                     pause += s.seconds
                     continue
-                item = self._item(s.ids, opts, n, s.rate)
+                yield from lone_units()
+                item = self._item(s.ids, opts, said, s.rate)
                 payload = Paused(silence_samples(pause, self.sample_rate), item) if pause else item
                 yield VitsUnit(n, s.text, len(s.ids), payload,
                                len(s.ids) * self._SECONDS_PER_ID * item.length_scale + pause,
                                spans=source.respan(s.text, word_spans(s.text, s.phonemes, id_map)))
-                n, pause = n + 1, 0.0
-            if n == 0:
+                n, said, pause = n + 1, said + 1, 0.0
+            if said == 0:
                 raise UnpronounceableTextError(text)
+            yield from lone_units()
             if pause:  # a break after the last sentence: a unit of silence alone
                 yield Unit(n, "", 1, Paused(silence_samples(pause, self.sample_rate), None), pause)
 
-        silence = self.silence_after(opts)
         split = [p for t in normalized for p in split_sentences(t)] if silence else ()
         return limited(gen(), self.limits, split, silence)
 
@@ -190,6 +205,11 @@ class VitsVoice(Voice):
             sentence_seed(opts.seed, index),
             self.limits.max_sentence_samples(self.sample_rate) // self.runner.dims.hop_length,
         )
+
+
+# The most silence one unit holds (with the sentence silence before it): longer runs of SSML
+# breaks are cut into units of this, each an array of its own as the request streams.
+SILENCE_UNIT_S = 20.0  # over sentence_silence's 10 s maximum, so a lone unit is never empty
 
 
 @dataclass(frozen=True)

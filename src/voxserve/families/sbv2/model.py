@@ -41,9 +41,11 @@ from ..piper.model import (
     Encoder,
     Flip,
     Generator,
+    RelativeMultiHeadAttention,
     StochasticDurationPredictor,
     VitsDims,
     VitsModel,
+    _softmax32,
     dtype_of,
     sequence_mask,
 )
@@ -125,6 +127,50 @@ class Sbv2Dims:
 
 # --------------------------------------------------------------------------- encoders
 
+# The most attention scores (B * heads * query rows * keys) one step holds. The flow attends
+# over frames, and a sentence near the limit is ~10k frames (hop 512; more at a small hop): its
+# full [B, heads, F, F] scores would grow with F squared, so longer sequences attend in query
+# chunks against all keys (the same softmax per row, so the same result): O(F * chunk) memory.
+SCORE_BLOCK = 1 << 22  # 16 MB of fp32 scores per step (a few copies live at once)
+
+
+def attend_in_query_chunks(attn: RelativeMultiHeadAttention, x: torch.Tensor, x_mask: torch.Tensor,
+                           rows: int) -> torch.Tensor:
+    """`attn(x, attn_mask)` (its banded form), computed `rows` queries at a time against every key.
+
+    x [B, C, T], x_mask [B, 1, T] -> [B, C, T]; no [T, T] tensor exists: each step's scores are
+    [B, H, rows, T]. Row i's weights are the softmax of its own scores, so chunking rows changes
+    nothing but float rounding (tests check it against the plain path)."""
+    b, c, t = x.shape
+    h, d, w = attn.n_heads, attn.k_channels, attn.window_size
+    q = attn.conv_q(x).view(b, h, d, t).transpose(2, 3) / math.sqrt(d)  # [B, H, T, d]
+    k = attn.conv_k(x).view(b, h, d, t).transpose(2, 3)
+    v = attn.conv_v(x).view(b, h, d, t).transpose(2, 3)
+    kt = k.transpose(-2, -1)  # [B, H, d, T]
+    key_mask = x_mask.unsqueeze(2)  # [B, 1, 1, T]
+    outs = []
+    for i0 in range(0, t, rows):
+        i1 = min(t, i0 + rows)
+        qc = q[:, :, i0:i1]  # [B, H, c, d]
+        scores = torch.matmul(qc, kt)  # [B, H, c, T]
+        rel_logits = torch.matmul(qc, attn.emb_rel_k.transpose(-2, -1))  # [B, H, c, 2w+1]
+        diags = []
+        for r in range(-w, w + 1):  # query i0 + j meets key i0 + j + r: diagonal i0 + r of the block
+            j0 = max(0, -(i0 + r))
+            n = scores.diagonal(offset=i0 + r, dim1=-2, dim2=-1).shape[-1]
+            if n > 0:
+                diags.append((r, j0, n))
+                scores.diagonal(offset=i0 + r, dim1=-2, dim2=-1).add_(rel_logits[:, :, j0 : j0 + n, r + w])
+        mask = x_mask[:, :, i0:i1].unsqueeze(-1) * key_mask  # [B, 1, c, T]
+        p = _softmax32(scores.masked_fill(mask == 0, -1e4))
+        out = torch.matmul(p, v)  # [B, H, c, d]
+        band = p.new_zeros(b, h, i1 - i0, 2 * w + 1)  # band[..., j, r + w] = p[..., j, i0 + j + r]
+        for r, j0, n in diags:
+            band[:, :, j0 : j0 + n, r + w] = p.diagonal(offset=i0 + r, dim1=-2, dim2=-1)
+        outs.append(out + torch.matmul(band, attn.emb_rel_v))
+        del scores, p, mask
+    return attn.conv_o(torch.cat(outs, dim=2).transpose(2, 3).reshape(b, c, t))
+
 
 class ConditionedEncoder(Encoder):
     """Piper's relative-attention encoder plus SBV2's speaker input: before layer
@@ -139,16 +185,23 @@ class ConditionedEncoder(Encoder):
             self.cond_layer_idx = cond_layer_idx
             self.spk_emb_linear = nn.Linear(gin_channels, dims.hidden_channels)
 
+    score_block = SCORE_BLOCK  # the most scores one attention step holds (tests lower it)
+
     def forward(self, x: torch.Tensor, x_mask: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
         # x [B, H, L], x_mask [B, 1, L], g [B, gin, 1] -> [B, H, L]
-        attn_mask = x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)  # [B, 1, L, L]
+        b, _, length = x.shape
+        heads = self.attn_layers[0].n_heads
+        rows = max(1, self.score_block // (b * heads * length))
+        chunked = rows < length and all(a.impl == "banded" for a in self.attn_layers)
+        attn_mask = None if chunked else x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)  # [B, 1, L, L]
         x = x * x_mask
         for i, (attn, norm1, ffn, norm2) in enumerate(
             zip(self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2)
         ):
             if i == self.cond_layer_idx and g is not None:
                 x = (x + self.spk_emb_linear(g.transpose(1, 2)).transpose(1, 2)) * x_mask
-            x = norm1(x + attn(x, attn_mask))
+            y = attend_in_query_chunks(attn, x, x_mask, rows) if chunked else attn(x, attn_mask)
+            x = norm1(x + y)
             x = norm2(x + ffn(x, x_mask))
         return x * x_mask
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ...audio import Word
-from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
+from ...errors import AudioTooLongError, InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
 from ...options import SynthesisOptions
 from ...runtime.device import resolve_dtype
 from ...text.frontend import check_text
@@ -48,6 +48,11 @@ DEFAULT_NOISE, DEFAULT_NOISE_W, DEFAULT_SDP_RATIO, DEFAULT_STYLE_WEIGHT = 0.6, 0
 # One unit's text: the synthesizer's attention is quadratic in its phones, so longer sentences
 # are cut (at 、 , ; first, then anywhere).
 MAX_SENTENCE_CHARS = 200
+# The most frames one sentence may make, whatever its seconds: the flow's attention work grows
+# with frames squared (its memory is linear: model.SCORE_BLOCK), so a model with a small hop
+# would otherwise take minutes of both cores per sentence. A real model (hop 512, 44.1 kHz) makes
+# 10336 frames at the 120 s sentence limit: this cap binds only models with a smaller hop.
+MAX_SENTENCE_FRAMES = 10800
 # A low estimate of audio per symbol id (blanks included) at speed 1: refuse only clear excess.
 _SECONDS_PER_ID = 0.01
 _JP_END = re.compile(r"(?<=[。！？!?．])")
@@ -219,7 +224,8 @@ class Sbv2Voice(Voice):
         noise = DEFAULT_NOISE if opts.noise_scale is None else opts.noise_scale
         noise_w = DEFAULT_NOISE_W if opts.noise_w is None else opts.noise_w
         sdp = DEFAULT_SDP_RATIO if opts.sdp_ratio is None else opts.sdp_ratio
-        max_frames = self.limits.max_sentence_samples(self.sample_rate) // self.model.dims.hop_length
+        max_frames = min(self.limits.max_sentence_samples(self.sample_rate) // self.model.dims.hop_length,
+                         MAX_SENTENCE_FRAMES)
         bert = self.berts[lang]
         sentences = split_text(text, lang)
 
@@ -345,10 +351,16 @@ class Sbv2Voice(Voice):
         wave = out.wave[:, 0].float().cpu().numpy()  # [B, S_max]: the audio, not features
         lengths = out.wave_lengths.tolist()
         durations = out.durations.float().cpu().numpy()  # [B, T], small
-        hop = self.model.dims.hop_length
-        return [(self.limits.sentence_error(out.predicted_frames[i] * hop / self.sample_rate)
-                 if i in out.over_limit else wave[i, : lengths[i]].copy(), durations[i, : len(items[i].phone_ids)])
-                for i in range(b)]
+        return [(self._over_limit(out.predicted_frames[i]) if i in out.over_limit else wave[i, : lengths[i]].copy(),
+                 durations[i, : len(items[i].phone_ids)]) for i in range(b)]
+
+    def _over_limit(self, frames: int) -> AudioTooLongError:
+        """The error of a sentence predicted at `frames`: the seconds limit's, else the frame cap's."""
+        frame_s = self.model.dims.hop_length / self.sample_rate
+        if frames * frame_s > self.limits.max_sentence_audio_seconds:
+            return self.limits.sentence_error(frames * frame_s)
+        return AudioTooLongError("a sentence", frames * frame_s, MAX_SENTENCE_FRAMES * frame_s,
+                                 f"this model's {MAX_SENTENCE_FRAMES} frames per sentence")
 
 
 def bert_root(bert_dir: str | os.PathLike | None) -> Path:
