@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-FORMATS = ("wav", "flac", "ogg", "opus", "mp3", "pcm")
+FORMATS = ("wav", "flac", "ogg", "opus", "mp3", "aac", "pcm")
 MEDIA_TYPES = {
     "wav": "audio/wav",
     "flac": "audio/flac",
@@ -124,7 +124,7 @@ def format_from_path(path: Path) -> str:
     ext = path.suffix.lower().lstrip(".")
     if ext == "oga":
         ext = "ogg"
-    if ext not in _SF_FORMAT and ext != "pcm" and ext != "raw":
+    if ext not in FORMATS and ext != "raw":
         raise ValueError(f"cannot tell the audio format of {path.name}; use one of: {', '.join(FORMATS)}")
     return "pcm" if ext == "raw" else ext
 
@@ -154,12 +154,12 @@ def write_stream(out: BinaryIO, sample_rate: int, fmt: str, chunks) -> None:
     Memory stays bounded by one chunk: a 300-page book can be written sentence by sentence. A
     seekable `out` gets the complete file (totals in the header); one that cannot seek gets each
     container's stream form, flushed after every chunk, so a reader hears audio as it is made.
+    AAC (ADTS) and Opus at a rate Opus has not (resampled to 48 kHz) always take the server's
+    stream encoders: libsndfile writes neither.
     """
     import soundfile as sf
 
     fmt = check_format(fmt)
-    if fmt == "opus" and sample_rate not in OPUS_RATES:
-        raise ValueError(f"opus needs a sample rate of 8/12/16/24/48 kHz, the voice has {sample_rate} Hz")
     if fmt == "pcm":
         for c in chunks:
             out.write(float_to_int16(np.asarray(c, dtype=np.float32)).tobytes())
@@ -177,7 +177,7 @@ def write_stream(out: BinaryIO, sample_rate: int, fmt: str, chunks) -> None:
         out.write(wav_header(sample_rate, n))
         out.seek(end)
         return
-    if not _seekable(out):
+    if not _seekable(out) or fmt == "aac" or (fmt == "opus" and sample_rate not in OPUS_RATES):
         enc = _SndfileEncoder(sample_rate, "ogg") if fmt == "ogg" else open_stream_encoder(fmt, sample_rate)
         flush = getattr(out, "flush", lambda: None)
         try:

@@ -109,30 +109,9 @@ def _say_format(ns: argparse.Namespace, output: str) -> str:
     return formats[ext]
 
 
-def _write_audio(out, sample_rate: int, fmt: str, chunks) -> None:
-    """`say`'s encoding: the library's writer (complete headers in a file), except where only
-    the server's stream encoders can: aac (ADTS), and opus at a rate Opus has not (resampled
-    to 48 kHz, as the server does)."""
-    from .audio import OPUS_RATES, open_stream_encoder, write_stream
-
-    if fmt != "aac" and not (fmt == "opus" and sample_rate not in OPUS_RATES):
-        write_stream(out, sample_rate, fmt, chunks)
-        return
-    enc = open_stream_encoder(fmt, sample_rate)
-    flush = getattr(out, "flush", lambda: None)
-    try:
-        for c in chunks:
-            out.write(enc.write(c))
-            flush()
-        out.write(enc.close())
-        flush()
-    finally:
-        enc.close()
-
-
 def cmd_say(ns: argparse.Namespace) -> int:
     from . import load_voice
-    from .audio import SentenceJoiner
+    from .audio import SentenceJoiner, write_stream
     from .outfile import open_output
 
     text = _read_text(ns)
@@ -175,7 +154,7 @@ def cmd_say(ns: argparse.Namespace) -> int:
     # opened only now: bad input or a missing voice leaves an existing file alone and no reader
     # of a pipe waiting; a pipe, a device or stdout gets each container's stream form
     with open_output(ns.output) as out:
-        _write_audio(out, voice.sample_rate, fmt, chunks())
+        write_stream(out, voice.sample_rate, fmt, chunks())
     if ns.output != "-":
         from .audio import OPUS_RATES
 
