@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ...runtime.sync import upload
 
+SCORE_BLOCK = 1 << 22  # attention scores one step holds (16 MB fp32): longer inputs go by query rows
 NOISE_FRAMES = 50 * 300  # upstream's fixed noise buffer: 300 s of mel frames, seed 0
 
 
@@ -115,6 +116,14 @@ class RelPositions(nn.Module):
         return pe.to(dtype)[None]  # [1, P+2T-1, d]
 
 
+def query_rows(heads: int, n_queries: int, width: int) -> int:
+    """Queries per attention step so that its scores [B*H, rows, width] stay within SCORE_BLOCK
+    elements. Each query's softmax is its own, so attending by rows of queries against every key
+    gives the full attention's result; only inputs past the block are cut (a sentence's frames
+    are bounded by the LM's length limit, but F x F scores of a long one took GBs)."""
+    return max(1, min(n_queries, SCORE_BLOCK // max(1, heads * width)))
+
+
 class RelAttention(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
@@ -140,12 +149,18 @@ class RelAttention(nn.Module):
         n_keys = k.shape[2]
         p = self.linear_pos(pos).view(1, -1, self.h, self.dk).transpose(1, 2)  # [1, H, P+2T-1, dk]
         scale = 1.0 / math.sqrt(self.dk)
-        bd = torch.matmul((q + self.pos_bias_v[None, :, None]) * scale, p.transpose(-2, -1))  # [B, H, T, P+2T-1]
-        # query i, key j: offset P + i - j sits at index (T - 1) - i + j, a strided view of bd (no copy)
-        bd = bd.as_strided((b, self.h, t, n_keys), (bd.stride(0), bd.stride(1), bd.stride(2) - 1, 1),
-                           bd.storage_offset() + t - 1)
-        bias = bd.masked_fill(~mask[:, None], float("-inf"))  # [B, H, T, P+T]; every row keeps a key
-        out = F.scaled_dot_product_attention(q + self.pos_bias_u[None, :, None], k, v, attn_mask=bias)
+        qv, qu, pt = (q + self.pos_bias_v[None, :, None]) * scale, q + self.pos_bias_u[None, :, None], p.transpose(-2, -1)
+        rows = query_rows(b * self.h, t, p.shape[2])
+        outs = []
+        for i0 in range(0, t, rows):
+            i1 = min(t, i0 + rows)
+            bd = torch.matmul(qv[:, :, i0:i1], pt)  # [B, H, rows, P+2T-1]
+            # query i, key j: offset P + i - j sits at index (T - 1) - i + j, a strided view of bd (no copy)
+            bd = bd.as_strided((b, self.h, i1 - i0, n_keys), (bd.stride(0), bd.stride(1), bd.stride(2) - 1, 1),
+                               bd.storage_offset() + t - 1 - i0)
+            bias = bd.masked_fill(~mask[:, None, i0:i1], float("-inf"))  # [B, H, rows, P+T]; every row keeps a key
+            outs.append(F.scaled_dot_product_attention(qu[:, :, i0:i1], k, v, attn_mask=bias))
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.dk))
 
 
@@ -364,7 +379,11 @@ class Attention(nn.Module):
         q, k, v = (f(x).view(b, t, self.h, self.hd).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
         if tape is not None:
             k, v = tape.keys(k, v)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, None].to(q.dtype))
+        bias = bias[:, None].to(q.dtype)  # [B, 1, T, T']
+        rows = query_rows(b * self.h, t, k.shape[2])
+        out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v, attn_mask=bias[:, :, i:i + rows])
+                         for i in range(0, t, rows)], 2) if rows < t else \
+            F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.h * self.hd))
 
 
