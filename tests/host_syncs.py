@@ -47,3 +47,19 @@ def count_calls(obj, name: str, monkeypatch) -> list[list[str]]:
 
     monkeypatch.setattr(obj, name, wrapped)
     return per_call
+
+
+def cuda_syncs(fn):
+    """(fn(), the synchronisation warnings CUDA's sync-debug mode raised while it ran): the
+    device run's count of what this module counts on the CPU."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return out, [w for w in caught if "synchroniz" in str(w.message)]

@@ -4,8 +4,7 @@ rules): counted on the CPU (tests/host_syncs.py), and on a GPU with CUDA's sync 
 from __future__ import annotations
 
 import pytest
-import torch
-from host_syncs import HostReads, count_calls
+from host_syncs import HostReads, count_calls, cuda_syncs
 
 from voxserve import SynthesisOptions
 from voxserve.families.bark.step import BarkStepRunner
@@ -51,8 +50,6 @@ def test_each_decoder_step_reads_once_and_nothing_else_reads_between_stage_chang
 def test_cuda_decode_steps_synchronise_once_per_decoder(tiny_bark_dir):
     """On the device: a runner step without stage changes makes at most one synchronising
     call per decoder that stepped (semantic, coarse)."""
-    import warnings
-
     import voxserve
 
     voice = voxserve.load_voice(f"bark:{tiny_bark_dir}", device="cuda")
@@ -62,20 +59,12 @@ def test_cuda_decode_steps_synchronise_once_per_decoder(tiny_bark_dir):
     runner.step()  # the prefills
     checked = 0
     while runner.active and checked < 40:
-        torch.cuda.synchronize()
         n_sem, n_coarse = len(runner.semantic.running), len(runner.coarse_decoder.running)
         windows = [(k, r.made) for k, r in runner._rows.items() if r.coarse is not None]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                out = runner.step()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+        out, found = cuda_syncs(runner.step)
         same = not out and len(runner.semantic.running) == n_sem and len(runner.coarse_decoder.running) == n_coarse \
             and windows == [(k, r.made) for k, r in runner._rows.items() if r.coarse is not None]
         if same:  # decode steps only (no row changed stage or window)
-            syncs = [w for w in caught if "synchroniz" in str(w.message)]
-            assert len(syncs) <= (n_sem > 0) + (n_coarse > 0), [str(w.message) for w in syncs]
+            assert len(found) <= (n_sem > 0) + (n_coarse > 0), [str(w.message) for w in found]
             checked += 1
     assert checked > 5

@@ -187,7 +187,7 @@ def test_decode_steps_read_once_and_token2wav_once_per_batch(which, request, mon
 @pytest.mark.cuda
 def test_cuda_ras_and_decode_steps_synchronise_once(cv2_dir):
     """On the device: a CosyVoice 2 decode step (prefills done) makes one synchronising call."""
-    import warnings
+    from host_syncs import cuda_syncs
 
     import voxserve
     from voxserve import SynthesisOptions
@@ -201,16 +201,8 @@ def test_cuda_ras_and_decode_steps_synchronise_once(cv2_dir):
     checked = 0
     while runner.active and checked < 30:
         n = len(runner.decoder.running)
-        torch.cuda.synchronize()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                out = runner.step()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+        out, syncs = cuda_syncs(runner.step)
         if not out and len(runner.decoder.running) == n:
-            syncs = [w for w in caught if "synchroniz" in str(w.message)]
             assert len(syncs) <= 1, [str(w.message) for w in syncs]
             checked += 1
     assert checked > 5

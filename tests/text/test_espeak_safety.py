@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from voxserve.text.phonemize import (MAX_CLAUSE_WORDS, MAX_DOTTED_LETTERS, MAX_WORD_CHARS, espeak_pieces,
-                                     phonemize)
+from voxserve.text.phonemize import MAX_CLAUSE_WORDS, MAX_DOTTED_LETTERS, MAX_WORD_CHARS, espeak_pieces
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "en_bench.jsonl"
 

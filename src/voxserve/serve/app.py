@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import numpy as np
 from fastapi import FastAPI, Request

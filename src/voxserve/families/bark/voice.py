@@ -25,7 +25,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,7 @@ from ...text.frontend import check_text
 from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
 from ...voice import Unit, Voice, limited, run_steps, sentence_seed
-from .options import ATTENTION_IMPLEMENTATIONS, BarkRuntimeOptions, BarkVoiceConfig
+from .options import BarkRuntimeOptions, BarkVoiceConfig
 
 log = logging.getLogger(__name__)
 
