@@ -255,9 +255,9 @@ class VitsRunner(ResidentWeights):
 
     # ------------------------------------------------------------------ noise
     def _generator(self, seed: int | None) -> torch.Generator:
-        """An item's noise stream, on the model's device: on the CPU the noise of today's CPU
-        generator; on CUDA Philox's stream for the same seed (other numbers than the CPU's,
-        the same for the seed on every run and in every batch)."""
+        """An item's noise stream, drawn on the model's device so that no noise crosses from
+        the host; a seed gives the same stream on every run and in any batch (CUDA's generator
+        is not the CPU's, so the numbers differ between devices)."""
         g = torch.Generator(device=self.device)
         g.manual_seed(secrets.randbits(63) if seed is None else seed & ((1 << 63) - 1))
         return g
