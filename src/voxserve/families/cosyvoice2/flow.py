@@ -29,9 +29,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...runtime import attention
 from ...runtime.sync import upload
 
-SCORE_BLOCK = 1 << 22  # attention scores one step holds (16 MB fp32): longer inputs go by query rows
+SCORE_BLOCK = attention.SCORE_BLOCK  # longer inputs attend by rows of queries (runtime/attention.py)
 NOISE_FRAMES = 50 * 300  # upstream's fixed noise buffer: 300 s of mel frames, seed 0
 
 
@@ -116,14 +117,6 @@ class RelPositions(nn.Module):
         return pe.to(dtype)[None]  # [1, P+2T-1, d]
 
 
-def query_rows(heads: int, n_queries: int, width: int) -> int:
-    """Queries per attention step so that its scores [B*H, rows, width] stay within SCORE_BLOCK
-    elements. Each query's softmax is its own, so attending by rows of queries against every key
-    gives the full attention's result; only inputs past the block are cut (a sentence's frames
-    are bounded by the LM's length limit, but F x F scores of a long one took GBs)."""
-    return max(1, min(n_queries, SCORE_BLOCK // max(1, heads * width)))
-
-
 class RelAttention(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
@@ -150,7 +143,7 @@ class RelAttention(nn.Module):
         p = self.linear_pos(pos).view(1, -1, self.h, self.dk).transpose(1, 2)  # [1, H, P+2T-1, dk]
         scale = 1.0 / math.sqrt(self.dk)
         qv, qu, pt = (q + self.pos_bias_v[None, :, None]) * scale, q + self.pos_bias_u[None, :, None], p.transpose(-2, -1)
-        rows = query_rows(b * self.h, t, p.shape[2])
+        rows = attention.query_rows(b * self.h, t, p.shape[2], SCORE_BLOCK)
         outs = []
         for i0 in range(0, t, rows):
             i1 = min(t, i0 + rows)
@@ -380,7 +373,7 @@ class Attention(nn.Module):
         if tape is not None:
             k, v = tape.keys(k, v)
         bias = bias[:, None].to(q.dtype)  # [B, 1, T, T']
-        rows = query_rows(b * self.h, t, k.shape[2])
+        rows = attention.query_rows(b * self.h, t, k.shape[2], SCORE_BLOCK)
         out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v, attn_mask=bias[:, :, i:i + rows])
                          for i in range(0, t, rows)], 2) if rows < t else \
             F.scaled_dot_product_attention(q, k, v, attn_mask=bias)

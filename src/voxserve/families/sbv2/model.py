@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ...runtime import attention
 from ..piper.model import (
     DurationPredictor,
     Encoder,
@@ -131,7 +132,7 @@ class Sbv2Dims:
 # over frames, and a sentence near the limit is ~10k frames (hop 512; more at a small hop): its
 # full [B, heads, F, F] scores would grow with F squared, so longer sequences attend in query
 # chunks against all keys (the same softmax per row, so the same result): O(F * chunk) memory.
-SCORE_BLOCK = 1 << 22  # 16 MB of fp32 scores per step (a few copies live at once)
+SCORE_BLOCK = attention.SCORE_BLOCK  # past it the flow attends by rows of queries (runtime/attention.py)
 
 
 def attend_in_query_chunks(attn: RelativeMultiHeadAttention, x: torch.Tensor, x_mask: torch.Tensor,
@@ -191,7 +192,7 @@ class ConditionedEncoder(Encoder):
         # x [B, H, L], x_mask [B, 1, L], g [B, gin, 1] -> [B, H, L]
         b, _, length = x.shape
         heads = self.attn_layers[0].n_heads
-        rows = max(1, self.score_block // (b * heads * length))
+        rows = attention.query_rows(b * heads, length, length, self.score_block)
         chunked = rows < length and all(a.impl == "banded" for a in self.attn_layers)
         attn_mask = None if chunked else x_mask.unsqueeze(2) * x_mask.unsqueeze(-1)  # [B, 1, L, L]
         x = x * x_mask
