@@ -1,4 +1,4 @@
-"""A/B of one RuntimeOptions change on the CPU, per model stage, in one process: the default
+"""A/B of one change of the Piper voice's options (PiperRuntimeOptions or Transforms) on the CPU, per model stage, in one process: the default
 voice (A) against the same voice loaded with the given fields changed (B), on every sentence
 of the chosen corpus categories, one call each, deterministic. The two voices alternate
 sentence by sentence (the first to go alternates each pass), so a shared machine's drift hits
@@ -21,6 +21,9 @@ import numpy as np
 import torch
 
 import voxserve
+from voxserve.families.piper.loader import load_piper_voice
+from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
+from voxserve.voices.registry import resolve_voice
 from bench_stages import STAGE_METHODS, corpus_units, time_stages
 
 STAGES = tuple(STAGE_METHODS)
@@ -28,7 +31,7 @@ STAGES = tuple(STAGE_METHODS)
 
 def parse_field(text: str) -> tuple[str, object]:
     name, _, raw = text.partition("=")
-    fields = {f.name: f for f in dataclasses.fields(voxserve.RuntimeOptions)}
+    fields = {f.name: f for cls in (PiperRuntimeOptions, Transforms) for f in dataclasses.fields(cls)}
     if name not in fields or not raw:
         raise SystemExit(f"{text!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
     low = raw.lower()
@@ -41,9 +44,17 @@ def parse_field(text: str) -> tuple[str, object]:
     return name, value
 
 
+def _load_b(change: dict):
+    switches = {f.name for f in dataclasses.fields(Transforms)}
+    src = resolve_voice(None)
+    return load_piper_voice(src.path, src.config_path, name=src.name, device="cpu",
+                            runtime=PiperRuntimeOptions(**{k: v for k, v in change.items() if k not in switches}),
+                            transforms=Transforms(**{k: v for k, v in change.items() if k in switches}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("change", nargs="+", help="FIELD=VALUE of RuntimeOptions for voice B")
+    ap.add_argument("change", nargs="+", help="FIELD=VALUE of PiperRuntimeOptions or Transforms for voice B")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--categories", default="short,medium")
     ap.add_argument("--passes", type=int, default=6)
@@ -53,7 +64,7 @@ def main() -> None:
 
     spent = time_stages()
     voices = {"A": voxserve.load_voice(device="cpu"),
-              "B": voxserve.load_voice(device="cpu", runtime=voxserve.RuntimeOptions(**change))}
+              "B": _load_b(change)}
     for v in voices.values():
         v.warmup()
     units = corpus_units(voices["A"], args.categories.split(","), voxserve.DETERMINISTIC)

@@ -6,7 +6,7 @@ the English bench corpus (corpus/en_bench.jsonl) repeated to one sentence, 4, 20
 Arms:
   cli      `voxserve say -f TEXT -o OUT.wav --device cpu` (today's defaults)
   before   the same work in a script (units + stream_units, as cmd_say does) with
-           RuntimeOptions(cpu_decode_frames=None): decoder runs of up to 4096 frames, the
+           Transforms(cpu_decode_frames=None): decoder runs of up to 4096 frames, the
            default before the CPU cap; `after` is the same script with the defaults.
 
     .venv/bin/python benchmarks/say_memory.py                  # cli arm, every size
@@ -35,10 +35,16 @@ BIN = Path(sys.executable).parent
 
 SCRIPT = """
 import sys, voxserve
-from voxserve.families.piper.options import RuntimeOptions
+from voxserve.families.piper.loader import load_piper_voice
+from voxserve.families.piper.options import Transforms
 from voxserve.limits import Limits
-rt = RuntimeOptions(cpu_decode_frames=None) if sys.argv[2] == "before" else None
-v = voxserve.load_voice(None, device="cpu", runtime=rt, limits=Limits(max_audio_seconds=None))  # as cmd_say
+from voxserve.voices.registry import resolve_voice
+if sys.argv[2] == "before":
+    src = resolve_voice(None)
+    v = load_piper_voice(src.path, src.config_path, name=src.name, device="cpu", transforms=Transforms(cpu_decode_frames=None))
+    v.limits = Limits(max_audio_seconds=None)
+else:
+    v = voxserve.load_voice(None, device="cpu", limits=Limits(max_audio_seconds=None))  # as cmd_say
 n = sum(len(c.samples) for c in v.stream_units(iter(list(v.units(open(sys.argv[1]).read())))))
 print(f"audio_s={n / v.sample_rate:.0f}", file=sys.stderr)
 """

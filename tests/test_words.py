@@ -12,8 +12,10 @@ import re
 import numpy as np
 import pytest
 from serve_fakes import FakeVoice
+from vits_fixtures import load_piper
 
 import voxserve
+from voxserve.families.piper.options import Transforms
 from voxserve.audio import Word, float_to_int16
 from voxserve.captions import cues, format_captions
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
@@ -177,7 +179,7 @@ def test_voice_without_durations_has_no_words():
 
 
 def test_padded_layout_gives_the_same_words(joe_voice):
-    padded = voxserve.load_voice(device="cpu", runtime=voxserve.RuntimeOptions(decode_layout="padded"))
+    padded = load_piper(transforms=Transforms(decode_layout="padded"))
     texts = [TEXT, "A second text."]
     got = padded.synthesize_batch(texts, DET)
     ref = joe_voice.synthesize_batch(texts, DET)

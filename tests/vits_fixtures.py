@@ -93,3 +93,15 @@ def write_tiny_voice(folder: Path, name: str = "tiny-multi", n_speakers: int = 3
     }
     (folder / f"{name}.onnx.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
     return onnx_path
+
+
+def load_piper(name_or_path=None, device: str = "cpu", transforms=None, **runtime):
+    """A Piper voice with the speed features' switches (`Transforms`), which load_voice does not
+    take (they are no user setting): for the tests that check a transform against the plain path."""
+    from voxserve.families.piper.loader import load_piper_voice
+    from voxserve.families.piper.options import PiperRuntimeOptions
+    from voxserve.voices.registry import resolve_voice
+
+    src = resolve_voice(None if name_or_path is None else str(name_or_path))
+    return load_piper_voice(src.path, src.config_path, name=src.name, device=device,
+                            runtime=PiperRuntimeOptions(**runtime), transforms=transforms)

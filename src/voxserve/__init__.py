@@ -21,8 +21,7 @@ from .errors import (
     VoiceLoadError,
     VoxserveError,
 )
-from .families import Family, family_for_source, load_options, register_family
-from .families.piper.options import RuntimeOptions
+from .families import Family, family_for_source, load_options, register_family, runtime_fields, runtime_options
 from .limits import Limits
 from .options import DETERMINISTIC, SynthesisOptions
 from .voice import Voice
@@ -31,7 +30,7 @@ from .voices.registry import DEFAULT_VOICE, available_voices, register_voice, re
 __version__ = "0.1.0"
 
 __all__ = [
-    "Audio", "AudioChunk", "Word", "SynthesisOptions", "RuntimeOptions", "DETERMINISTIC", "Voice",
+    "Audio", "AudioChunk", "Word", "SynthesisOptions", "DETERMINISTIC", "Voice",
     "load_voice", "available_voices", "register_voice", "DEFAULT_VOICE",
     "VoxserveError", "InvalidInputError", "InvalidOptionError", "EmptyTextError",
     "UnpronounceableTextError", "UnknownVoiceError", "UnknownSpeakerError", "VoiceLoadError",
@@ -44,7 +43,7 @@ def load_voice(
     device: str = "auto",
     dtype: str | None = None,
     *,
-    runtime: RuntimeOptions | None = None,
+    runtime: Any = None,
     max_phonemes: int | None = None,
     limits: Limits | None = None,
     **family_options: Any,
@@ -55,24 +54,28 @@ def load_voice(
 
     device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
     dtype: None/"fp32"; "bf16" (the decoder in bf16: CUDA, or a CPU with AVX512-BF16/AMX); "fp16" on CUDA.
-    runtime: the family's options (`voxserve.families.get_family(name).options_type`):
-    RuntimeOptions for Piper voices; for Bark voices a BarkRuntimeOptions, or a RuntimeOptions
-    of which only `offload` and `threads` apply (the rest is VITS-specific).
+    runtime: how the voice runs, an instance of its family's options type
+    (`voxserve.families.get_family(name).options_type`, e.g. PiperRuntimeOptions); a TypeError
+    for another family's.
     max_phonemes: Piper voices' longest sentence in phonemes (other families ignore it).
     limits: how much audio one request may make (voxserve.limits.Limits; default 2 min per
     sentence, 30 min per request).
-    family_options: keywords that one family takes (`voxserve.families.load_options()`), e.g.
-    `bert_dir=` for Style-Bert-VITS2 voices (its BERT_ROOT); given to a voice of another family,
-    they are ignored; an unknown keyword is a TypeError.
+    family_options: keywords that one family takes: its load options
+    (`voxserve.families.load_options()`, e.g. `bert_dir=` for Style-Bert-VITS2 voices) and the
+    fields of its runtime options (`voxserve.families.runtime_fields()`, e.g. `threads=2`,
+    `max_sequences=32`: over `runtime`'s); given to a voice of another family, they are
+    ignored; an unknown keyword is a TypeError.
     """
     limits = (limits or Limits()).validate()
     src = resolve_voice(name_or_path)
     family = family_for_source(src)
     known = load_options()
+    tunables = runtime_fields()
     for key in family_options:
-        if key not in known:
+        if key not in known and key not in tunables:
             raise TypeError(f"load_voice() got an unexpected keyword argument {key!r} (family options: "
-                            f"{', '.join(sorted(known)) or 'none'})")
+                            f"{', '.join(sorted({*known, *tunables})) or 'none'})")
+    runtime = runtime_options(family, runtime, **{k: v for k, v in family_options.items() if k in tunables})
     kwargs = {} if max_phonemes is None else {"max_phonemes": max_phonemes}
     mine = {o.name for o in family.load_options}
     kwargs.update({k: v for k, v in family_options.items() if k in mine and v is not None})

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .limits import Limits
 from .options import SynthesisOptions, option_rules
+from .serve.config import DEPRECATED, Setting, settings
 
 EXIT_USAGE = 2  # bad input (argparse uses 2 as well)
 EXIT_ERROR = 1
@@ -53,6 +54,46 @@ def load_options_from(ns: argparse.Namespace) -> dict:
 
 def options_from(ns: argparse.Namespace, options_type: type = SynthesisOptions):
     return options_type(**{name: getattr(ns, name) for name in option_rules(options_type)})
+
+
+def _shown(s: Setting) -> str:
+    if s.families:
+        return f"the family's, {s.default}" if s.default is not None else "the family's"
+    return ",".join(s.default) if isinstance(s.default, tuple) else str(s.default)
+
+
+def settings_args(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None, env: bool = True) -> None:
+    """A flag for each setting of the servers' tree (voxserve.serve.config: those in `names`,
+    else all), and the hidden old names of those; `env`: the command reads the environment too."""
+    chosen = [s for s in settings() if names is None or s.name in names]
+    for s in chosen:
+        help_ = f"{s.help} [{f'env {s.env}; ' if env else ''}default {_shown(s)}]"
+        if s.name == "voices":
+            p.add_argument(s.flag, dest="voices", action="append", default=None, help=help_)
+        elif s.type is bool:
+            p.add_argument(s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            p.add_argument(s.flag, dest=s.name, type=s.type, default=None, help=help_)
+    for old, new in DEPRECATED.items():
+        if any(s.name == new for s in chosen):
+            typ = next(s.type for s in chosen if s.name == new)
+            p.add_argument("--" + old.replace("_", "-"), dest="deprecated_" + old, type=typ, default=None,
+                           help=argparse.SUPPRESS)
+
+
+def runtime_names() -> tuple[str, ...]:
+    """The families' runtime options (the flags `say` has of the settings)."""
+    return tuple(s.name for s in settings() if s.path[0] == "runtime")
+
+
+def runtime_from(ns: argparse.Namespace) -> dict:
+    """The runtime options given on a command line that has runtime_names()' flags (for load_voice)."""
+    return {name: v for name in runtime_names() if (v := getattr(ns, name, None)) is not None}
+
+
+def runtime_args(p: argparse.ArgumentParser) -> None:
+    """A flag for each family's runtime option (`--threads`, `--max-sequences`, ...)."""
+    settings_args(p, runtime_names(), env=False)
 
 
 DEFAULT_OUTPUT = "out.wav"
@@ -125,7 +166,8 @@ def cmd_say(ns: argparse.Namespace) -> int:
         _checked_output(ns.captions)
     fmt = _say_format(ns, ns.output)
     limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
-    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits, **load_options_from(ns))
+    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits, **load_options_from(ns),
+                       **runtime_from(ns))
     if ns.captions is not None and not voice.word_timestamps:
         raise ValueError(f"voice {voice.name!r} gives no word timestamps: --captions needs a voice that does")
     units = list(voice.units(text, options))  # front end for the whole text; audio streams below
@@ -229,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write subtitles of the audio, timed by the voice's word timestamps: "
                           "FILE.srt or FILE.vtt (a cue of up to 42 characters, within a sentence)")
     load_option_args(say)
+    runtime_args(say)
     options_args(say)
     say.set_defaults(func=cmd_say)
 

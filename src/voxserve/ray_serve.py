@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from ray import serve
 
@@ -59,7 +59,7 @@ class ReplicaPlan:
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_ongoing_requests,
             # a replica Serve stops (scale-down, redeploy, shutdown) drains like `voxserve serve`
-            "graceful_shutdown_timeout_s": float(settings.shutdown_timeout),
+            "graceful_shutdown_timeout_s": float(settings.http.shutdown_timeout_s),
         }
         if self.min_replicas == self.max_replicas:
             opts["num_replicas"] = self.min_replicas
@@ -67,7 +67,7 @@ class ReplicaPlan:
             # scale on the requests a replica holds: a full batch's worth each keeps batching
             # effective without a replica queueing more than it can batch
             opts["autoscaling_config"] = {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-                                          "target_ongoing_requests": settings.max_batch_size}
+                                          "target_ongoing_requests": settings.engine.scheduler.max_batch_size}
         return opts
 
 
@@ -94,32 +94,30 @@ def _wants_gpu(device: str) -> bool:
 
 
 def plan_for(settings: ServeSettings, replicas: tuple[int, int]) -> ReplicaPlan:
-    gpu = _wants_gpu(settings.device)
+    gpu = _wants_gpu(settings.load.device)
     # without --threads, this machine's CPUs are shared out between the most replicas asked for
-    cpus = settings.threads or max(1, (os.cpu_count() or 1) // replicas[1])
-    return ReplicaPlan(replicas[0], replicas[1], gpu, 1 if gpu else cpus, settings.max_queue).validate()
+    cpus = settings.runtime.get("threads") or max(1, (os.cpu_count() or 1) // replicas[1])
+    return ReplicaPlan(replicas[0], replicas[1], gpu, 1 if gpu else cpus,
+                       settings.engine.scheduler.max_queued_sentences).validate()
 
 
 def replica_settings(settings: ServeSettings, plan: ReplicaPlan) -> ServeSettings:
     """What a replica runs: Ray gives a GPU replica its GPU as device 0 (CUDA_VISIBLE_DEVICES),
     and a CPU replica exactly the CPUs it reserved as model threads."""
     if plan.gpu:
-        return replace(settings, device="cuda")
-    return replace(settings, device="cpu", threads=plan.cpus)
+        return settings.with_(device="cuda")
+    return settings.with_(device="cpu", threads=plan.cpus)
 
 
 def settings_args(settings: ServeSettings, family_options: dict, warmup: bool) -> dict:
     """The builder's args (plain data: they go through the Serve config file)."""
-    d = asdict(settings)
-    d["voices"] = list(settings.voices)
+    d = settings.leaves()
     return {"settings": d, "family_options": dict(family_options), "warmup": warmup}
 
 
 def settings_from_args(args: dict) -> tuple[ServeSettings, dict, bool]:
     d = dict(args.get("settings") or {})
-    if "voices" in d:
-        d["voices"] = tuple(d["voices"])
-    return ServeSettings(**d), dict(args.get("family_options") or {}), bool(args.get("warmup", True))
+    return ServeSettings.of(**d).validate(), dict(args.get("family_options") or {}), bool(args.get("warmup", True))
 
 
 # ----------------------------------------------------------------------------- the deployment
@@ -134,8 +132,8 @@ class VoxserveReplica:
         from .serve.cli import build_engine
 
         self.settings, family_options, self.warmup = settings_from_args(args)
-        if self.settings.api_key is None and os.environ.get(API_KEY_ENV):
-            self.settings = replace(self.settings, api_key=os.environ[API_KEY_ENV])
+        if self.settings.http.api_key is None and os.environ.get(API_KEY_ENV):
+            self.settings = self.settings.with_(api_key=os.environ[API_KEY_ENV])
         self.engine = build_engine(self.settings, family_options)
         ctx = serve.get_replica_context()
         self.name = f"{ctx.replica_id.unique_id}/{os.getpid()}"
@@ -145,7 +143,7 @@ class VoxserveReplica:
     def __serve_build_asgi_app__(self):
         from .serve.app import create_app
 
-        config = self.settings.app_config()
+        config = self.settings.http
         if not self.warmup:
             config = replace(config, warmup=False)
         app = create_app(self.engine, config)
@@ -199,11 +197,8 @@ def _from_cli(ns) -> tuple[ServeSettings, tuple[int, int], dict, bool]:
     from .serve.cli import settings_from
 
     settings = settings_from(ns)
-    if settings.wyoming:
+    if settings.server.wyoming:
         raise ValueError("--wyoming is not served on Ray: run `voxserve wyoming` beside it")
-    settings.app_config()  # bad HTTP settings fail here, not in every replica
-    settings.engine_config()
-    settings.limits()
     return settings, parse_replicas(ns.replicas or "1"), load_options_from(ns), not ns.no_warmup
 
 
@@ -215,10 +210,10 @@ def serve_config(settings: ServeSettings, replicas: tuple[int, int], family_opti
     """The Serve config file (`serve deploy`) for these settings. The API key is left out (a
     file is no place for it): replicas read VOXSERVE_API_KEY from their environment."""
     plan = plan_for(settings, replicas)
-    settings = replace(replica_settings(settings, plan), api_key=None)
+    settings = replica_settings(settings, plan).with_(api_key=None)
     return {
         "proxy_location": "EveryNode",
-        "http_options": {"host": settings.host, "port": settings.port},
+        "http_options": {"host": settings.server.host, "port": settings.server.port},
         "applications": [{
             "name": APP_NAME,
             "route_prefix": "/",
@@ -251,20 +246,20 @@ def cmd_serve_ray(ns) -> int:
     from .ray_proxy import CALLBACK_ENV, PROXY_CALLBACK
 
     settings, replicas, family_options, warmup = _from_cli(ns)
-    if settings.api_key:  # the replicas Ray starts inherit it, as on a cluster
-        os.environ[API_KEY_ENV] = settings.api_key
-        settings = replace(settings, api_key=None)
+    if settings.http.api_key:  # the replicas Ray starts inherit it, as on a cluster
+        os.environ[API_KEY_ENV] = settings.http.api_key
+        settings = settings.with_(api_key=None)
     os.environ.setdefault(CALLBACK_ENV, PROXY_CALLBACK)  # the proxy Ray starts inherits it
     ray.init(include_dashboard=False, log_to_driver=bool(ns.verbose))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.start(http_options={"host": settings.server.host, "port": settings.server.port})
         serve.run(build_app(app_args(settings, replicas, family_options, warmup)), name=APP_NAME,
                   route_prefix="/", blocking=False)
         n = f"{replicas[0]}" if replicas[0] == replicas[1] else f"{replicas[0]}-{replicas[1]}"
-        print(f"voxserve: serving {', '.join(settings.voices)} on http://{settings.host}:{settings.port} "
+        print(f"voxserve: serving {', '.join(settings.load.voices)} on http://{settings.server.host}:{settings.server.port} "
               f"(Ray Serve, {n} replicas)", flush=True)
         stop.wait()
     finally:

@@ -49,9 +49,9 @@ def test_offload_is_a_noop_on_cpu(tiny_bark_dir, bark_voice, caplog):
     assert _devices(v.runner.model) == {"cpu"}
 
 
-def test_load_voice_takes_offload_from_runtime_options(tiny_bark_dir, caplog):
+def test_load_voice_takes_offload_as_a_runtime_keyword(tiny_bark_dir, caplog):
     with caplog.at_level(logging.WARNING, logger="voxserve.families.bark.runner"):
-        voxserve.load_voice(f"bark:{tiny_bark_dir}", device="cpu", runtime=voxserve.RuntimeOptions(offload=True))
+        voxserve.load_voice(f"bark:{tiny_bark_dir}", device="cpu", offload=True)
     assert "has no effect on cpu" in caplog.text
 
 

@@ -492,9 +492,9 @@ def test_serve_refuses_two_voices_with_one_name(tiny_bark_dir, monkeypatch):
     assert parse_voice_spec("bark:/m/a=b") == (None, "bark:/m/a=b")
     assert parse_voice_spec("/m/x=y.onnx") == (None, "/m/x=y.onnx")
     with pytest.raises(ValueError, match="two voices are named 'tiny-bark'"):
-        load_voices(ServeSettings(device="cpu", voices=(f"bark:{tiny_bark_dir}", f"bark:{tiny_bark_dir}/")))
+        load_voices(ServeSettings.of(device="cpu", voices=(f"bark:{tiny_bark_dir}", f"bark:{tiny_bark_dir}/")))
     with pytest.raises(ValueError, match="use --voice bark:"):
-        load_voices(ServeSettings(device="cpu", voices=(str(tiny_bark_dir),)))
+        load_voices(ServeSettings.of(device="cpu", voices=(str(tiny_bark_dir),)))
     monkeypatch.chdir(tiny_bark_dir)
-    assert list(load_voices(ServeSettings(device="cpu", voices=("bark:.",)))) == ["tiny-bark"]
+    assert list(load_voices(ServeSettings.of(device="cpu", voices=("bark:.",)))) == ["tiny-bark"]
     assert registry.resolve_voice("tiny-bark", allow_paths=False).family == "bark"  # the name resolves

@@ -10,10 +10,11 @@ import copy
 import numpy as np
 import pytest
 import torch
+from vits_fixtures import load_piper
 
 import voxserve
 from voxserve.families.piper.model import GapMask, Generator, VitsDims
-from voxserve.families.piper.options import RuntimeOptions
+from voxserve.families.piper.options import Transforms
 from voxserve.families.piper.transforms import TILE_FRAMES, tile_decoder
 
 DIMS = {
@@ -124,7 +125,7 @@ def test_tile_decoder_validates():
 def test_voice_tiles_on_cpu_and_equals_untiled(joe_voice):
     dec = joe_voice.runner.model.dec
     assert dec.tiles == (1, TILE_FRAMES)
-    plain = voxserve.load_voice(device="cpu", runtime=RuntimeOptions(cpu_decode_tiles=False))
+    plain = load_piper(transforms=Transforms(cpu_decode_tiles=False))
     assert plain.runner.model.dec.tiles is None
     ids = [s.ids for s in joe_voice.frontend.sentences(
         "A short one. Then a much longer sentence that runs over several decoder tiles, so that the "

@@ -33,7 +33,7 @@ def test_replicas_are_a_count_or_a_range():
 
 
 def test_cpu_replicas_reserve_their_threads_and_admit_the_engine_bound():
-    s = ServeSettings(device="cpu", threads=3, max_queue=40)
+    s = ServeSettings.of(device="cpu", threads=3, max_queued_sentences=40)
     plan = plan_for(s, (2, 2))
     opts = plan.deployment_options(s)
     assert opts["ray_actor_options"] == {"num_cpus": 3}
@@ -41,30 +41,30 @@ def test_cpu_replicas_reserve_their_threads_and_admit_the_engine_bound():
     # back-pressure is the engine's: Ray never holds more per replica than the engine admits
     assert opts["max_ongoing_requests"] == 40 and opts["max_queued_requests"] == 40
     r = replica_settings(s, plan)
-    assert (r.device, r.threads) == ("cpu", 3)
+    assert (r.load.device, r.runtime["threads"]) == ("cpu", 3)
 
 
 def test_gpu_replicas_take_one_gpu_each_and_a_range_autoscales():
-    s = ServeSettings(device="cuda:1", max_batch_size=6)
+    s = ServeSettings.of(device="cuda:1", max_batch_size=6)
     plan = plan_for(s, (1, 4))
     opts = plan.deployment_options(s)
     assert opts["ray_actor_options"] == {"num_cpus": 1, "num_gpus": 1}
     assert opts["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 6}
     assert "num_replicas" not in opts
-    assert replica_settings(s, plan).device == "cuda"  # Ray's CUDA_VISIBLE_DEVICES: its GPU is device 0
+    assert replica_settings(s, plan).load.device == "cuda"  # Ray's CUDA_VISIBLE_DEVICES: its GPU is device 0
 
 
 def test_config_round_trips_the_settings_and_leaves_the_key_out():
-    s = ServeSettings(device="cpu", threads=2, voices=("en_US-joe-medium",), api_key="secret", port=9000,
-                      max_queue_wait=5.0)
+    s = ServeSettings.of(device="cpu", threads=2, voices=("en_US-joe-medium",), api_key="secret", port=9000,
+                         max_queue_wait_s=5.0, max_sequences=32)
     cfg = yaml.safe_load(yaml.safe_dump(serve_config(s, (2, 2), {}, True)))
     assert "secret" not in yaml.safe_dump(cfg)
     app = cfg["applications"][0]
     assert app["import_path"] == "voxserve.ray_serve:build_app"
     assert cfg["http_options"] == {"host": "127.0.0.1", "port": 9000}
     back, family_options, warmup = settings_from_args(app["args"])
-    assert back == ServeSettings(device="cpu", threads=2, voices=("en_US-joe-medium",), port=9000,
-                                 max_queue_wait=5.0)
+    assert back == ServeSettings.of(device="cpu", threads=2, voices=("en_US-joe-medium",), port=9000,
+                                    max_queue_wait_s=5.0, max_sequences=32)
     assert (family_options, warmup, app["args"]["replicas"]) == ({}, True, [2, 2])
     dep = app["deployments"][0]
     assert dep["name"] == DEPLOYMENT and dep["num_replicas"] == 2 and dep["ray_actor_options"] == {"num_cpus": 2}

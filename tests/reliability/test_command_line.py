@@ -136,4 +136,4 @@ def test_serve_refuses_a_voice_named_like_an_openai_alias(tiny_voice_path, spec)
     from voxserve.serve.cli import ServeSettings, load_voices
 
     with pytest.raises(ValueError, match="OpenAI's voice names"):
-        load_voices(ServeSettings(voices=(spec.format(path=tiny_voice_path),), device="cpu"))
+        load_voices(ServeSettings.of(voices=(spec.format(path=tiny_voice_path),), device="cpu"))

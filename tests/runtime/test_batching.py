@@ -7,7 +7,7 @@ import pytest
 from audio_compare import BATCH_ATOL
 
 import voxserve
-from voxserve.families.piper.options import RuntimeOptions
+from voxserve.families.piper.options import PiperRuntimeOptions
 from voxserve.families.piper.runner import decoder_gap_frames, decoder_receptive_field_frames
 
 
@@ -44,7 +44,7 @@ def test_decode_groups_bound_memory(joe_voice, sentences, singles):
     """A small max_decode_frames splits the packed decode into several calls; same audio."""
     runner = joe_voice.runner
     old = runner.config
-    runner.config = RuntimeOptions(max_decode_frames=300)
+    runner.config = PiperRuntimeOptions(max_decode_frames=300)
     try:
         batch = joe_voice.synthesize_ids([s.ids for s in sentences[:7]], voxserve.DETERMINISTIC)
     finally:

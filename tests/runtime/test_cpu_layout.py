@@ -7,8 +7,10 @@ import copy
 import numpy as np
 import pytest
 import torch
+from vits_fixtures import load_piper
 
 import voxserve
+from voxserve.families.piper.options import Transforms
 from voxserve.runtime.layout import (
     ChannelsLastConv1d,
     GemmConv1d,
@@ -27,8 +29,7 @@ def test_conv_wrappers_match():
 
 def test_transformed_voice_matches_plain(tiny_voice_path):
     fast = voxserve.load_voice(str(tiny_voice_path), device="cpu")
-    plain = voxserve.load_voice(str(tiny_voice_path), device="cpu",
-                                runtime=voxserve.RuntimeOptions(cpu_channels_last=False))
+    plain = load_piper(tiny_voice_path, transforms=Transforms(cpu_channels_last=False))
     assert any(isinstance(m, ChannelsLastConv1d) for m in fast.runner.model.modules())
     assert not any(isinstance(m, ChannelsLastConv1d) for m in plain.runner.model.modules())
     ids = [[1, 0] + list(range(3, 40)) + [2], [1, 0, 5, 0, 7, 0, 2]]
@@ -40,8 +41,7 @@ def test_transformed_voice_matches_plain(tiny_voice_path):
 
 def test_fold_average_matches(tiny_voice_path):
     folded = voxserve.load_voice(str(tiny_voice_path), device="cpu")
-    plain = voxserve.load_voice(str(tiny_voice_path), device="cpu",
-                                runtime=voxserve.RuntimeOptions(fold_average=False, cpu_channels_last=False))
+    plain = load_piper(tiny_voice_path, transforms=Transforms(fold_average=False, cpu_channels_last=False))
     assert folded.runner.model.dec.average_folded and not plain.runner.model.dec.average_folded
     ids = [[1, 0] + list(range(3, 40)) + [2]]
     o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
@@ -83,8 +83,7 @@ def test_convert_gemm_skips_what_it_cannot_run():
 
 def test_gemm_convs_voice_matches_plain(tiny_voice_path):
     fast = voxserve.load_voice(str(tiny_voice_path), device="cpu")
-    plain = voxserve.load_voice(str(tiny_voice_path), device="cpu",
-                                runtime=voxserve.RuntimeOptions(cpu_gemm_convs=False))
+    plain = load_piper(tiny_voice_path, transforms=Transforms(cpu_gemm_convs=False))
     for stage in (fast.runner.model.enc_p, fast.runner.model.dp, fast.runner.model.flow):
         assert any(isinstance(m, GemmConv1d) for m in stage.modules())
     assert not any(isinstance(m, GemmConv1d) for m in fast.runner.model.dec.modules())

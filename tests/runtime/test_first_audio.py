@@ -27,7 +27,7 @@ def _ids(rng, n):
 def tiny_split(tiny_voice_path, monkeypatch):
     """The tiny voice with a small split threshold, so that its sentences are split."""
     v = voxserve.load_voice(str(tiny_voice_path), device="cpu")
-    v.runner.config = dataclasses.replace(v.runner.config, first_audio_frames=8, first_audio_split_frames=64)
+    v.runner.transforms = dataclasses.replace(v.runner.transforms, first_audio_frames=8, first_audio_split_frames=64)
     return v
 
 
@@ -84,7 +84,7 @@ def test_cut_pieces_decode_only_the_decoder_context(tiny_split, monkeypatch):
     runner = v.runner
     runner.buckets = False  # exact frame counts (no masked bucket tails)
     # a head longer than the context, so that the rest has a full context on its left
-    runner.config = dataclasses.replace(runner.config, first_audio_frames=runner.context + 4)
+    runner.transforms = dataclasses.replace(runner.transforms, first_audio_frames=runner.context + 4)
     decoded, flowed = [], []
     flow, decode = runner.stages.flow, runner.stages.decode
     monkeypatch.setattr(runner.stages, "flow", lambda x: flowed.append(x.m.shape[-1]) or flow(x))
@@ -128,7 +128,7 @@ def test_short_or_plain_batches_are_not_split(tiny_split):
     items = [v._item(_ids(rng, 150), SEEDED.validate(), 0)]
     whole = v.runner.run(items)[0]
     assert len(v.runner.run(items, [0], None)[0]) == len(whole)  # no callback: nothing early
-    v.runner.config = dataclasses.replace(v.runner.config, first_audio_frames=0)
+    v.runner.transforms = dataclasses.replace(v.runner.transforms, first_audio_frames=0)
     heads, rest = _run_early(v, items, early=[0])
     assert not heads and len(rest[0]) == len(whole)
     assert v.runner.run_pieces(items, [0], max_cost=None)[0][1] is None

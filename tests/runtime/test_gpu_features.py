@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from gpu_tolerances import FP32_WAVE_ATOL, HALF_SNR_DB
+from vits_fixtures import load_piper
 
 import voxserve
 from voxserve.families.piper.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
+from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
 from voxserve.families.piper.precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 from voxserve.runtime.offload import DeviceBudget, WeightOffloader, module_bytes
 
@@ -110,8 +112,7 @@ def test_emulated_graphs_equal_eager(tiny_voice_path):
     """Bucketed, padded, replayed-and-sliced stages give the eager audio."""
     grid = GraphGrid(batch=(1, 2, 4, 8), tokens=(32, 64, 128), frames=(64, 128, 256, 512))
     eager = voxserve.load_voice(str(tiny_voice_path), device="cpu")
-    graphed = voxserve.load_voice(str(tiny_voice_path), device="cpu",
-                                  runtime=voxserve.RuntimeOptions(cuda_graphs=True, graph_grid=grid))
+    graphed = load_piper(tiny_voice_path, cuda_graphs=True, transforms=Transforms(graph_grid=grid))
     assert isinstance(graphed.runner.stages, GraphedStages) and graphed.runner.stages.emulate
     rng = np.random.default_rng(3)
     batch = [_ids(rng, n) for n in (3, 20, 45, 9, 30)]
@@ -126,8 +127,7 @@ def test_emulated_graphs_equal_eager(tiny_voice_path):
 
 def test_emulated_graphs_fall_back_outside_grid(tiny_voice_path):
     grid = GraphGrid(batch=(1,), tokens=(16,), frames=(32,))
-    graphed = voxserve.load_voice(str(tiny_voice_path), device="cpu",
-                                  runtime=voxserve.RuntimeOptions(cuda_graphs=True, graph_grid=grid))
+    graphed = load_piper(tiny_voice_path, cuda_graphs=True, transforms=Transforms(graph_grid=grid))
     eager = voxserve.load_voice(str(tiny_voice_path), device="cpu")
     rng = np.random.default_rng(4)
     long_ids = _ids(rng, 60)  # 63 tokens > 16: encoder falls back; frames > 32: synth too
@@ -139,14 +139,14 @@ def test_emulated_graphs_fall_back_outside_grid(tiny_voice_path):
 
 def test_graphs_and_offload_exclusive():
     with pytest.raises(ValueError, match="cannot be combined"):
-        voxserve.RuntimeOptions(cuda_graphs=True, offload=True).validate()
+        PiperRuntimeOptions(cuda_graphs=True, offload=True).validate()
 
 
 # ---------------------------------------------------------------- offload
 
 def test_offload_is_a_logged_noop_on_cpu(tiny_voice_path, caplog):
     with caplog.at_level(logging.INFO):
-        v = voxserve.load_voice(str(tiny_voice_path), device="cpu", runtime=voxserve.RuntimeOptions(offload=True))
+        v = voxserve.load_voice(str(tiny_voice_path), device="cpu", offload=True)
     assert v.runner.offloader is not None and not v.runner.offloader.enabled
     assert any("already in host memory" in r.message for r in caplog.records)
     assert len(v.synthesize("hello").samples) > 0
@@ -218,8 +218,8 @@ def _corpus_ids(voice, corpus, n=24):
 
 @pytest.mark.cuda
 def test_cuda_graphs_equal_eager_corpus(corpus):
-    eager = voxserve.load_voice(device="cuda", runtime=voxserve.RuntimeOptions(cuda_graphs=False))
-    graphed = voxserve.load_voice(device="cuda", runtime=voxserve.RuntimeOptions(cuda_graphs=True))
+    eager = voxserve.load_voice(device="cuda", cuda_graphs=False)
+    graphed = voxserve.load_voice(device="cuda", cuda_graphs=True)
     ids = _corpus_ids(eager, corpus)
     for batch in (ids[:1], ids[:8], ids):
         for x, y in zip(eager.synthesize_ids(batch, DET), graphed.synthesize_ids(batch, DET)):
@@ -248,7 +248,7 @@ def test_cuda_half_snr_corpus(corpus, dtype):
 @pytest.mark.cuda
 def test_cuda_one_host_read_per_batch(corpus):
     """Inside the stages no implicit device->host sync: sync debug mode raises on any."""
-    voice = voxserve.load_voice(device="cuda", runtime=voxserve.RuntimeOptions(cuda_graphs=False))
+    voice = voxserve.load_voice(device="cuda", cuda_graphs=False)
     ids = _corpus_ids(voice, corpus, 8)
     voice.synthesize_ids(ids, DET)
     runner = voice.runner
@@ -267,7 +267,7 @@ def test_cuda_one_host_read_per_batch(corpus):
 
 @pytest.mark.cuda
 def test_cuda_offload_moves_stages(tiny_voice_path):
-    v = voxserve.load_voice(str(tiny_voice_path), device="cuda", runtime=voxserve.RuntimeOptions(offload=True))
+    v = voxserve.load_voice(str(tiny_voice_path), device="cuda", offload=True)
     v.synthesize("hello")
     assert v.runner.offloader.enabled and v.runner.offloader.resident == set()
     assert not v.runner.model.dec.conv_pre.weight.is_cuda  # idle weights live on the host
@@ -276,12 +276,11 @@ def test_cuda_offload_moves_stages(tiny_voice_path):
 
 @pytest.mark.cuda
 def test_cuda_compile_equals_eager(tiny_voice_path):
-    eager = voxserve.load_voice(str(tiny_voice_path), device="cuda", runtime=voxserve.RuntimeOptions(cuda_graphs=False))
+    eager = voxserve.load_voice(str(tiny_voice_path), device="cuda", cuda_graphs=False)
     # compile turns graphs on, and loading captures (and so compiles, max-autotune) the whole grid
     # (30 buckets by default): one bucket per stage here, so the test takes seconds, not minutes
     small = GraphGrid(batch=(1,), tokens=(64,), frames=(1024,))
-    comp = voxserve.load_voice(str(tiny_voice_path), device="cuda",
-                               runtime=voxserve.RuntimeOptions(compile=True, graph_grid=small))
+    comp = load_piper(tiny_voice_path, device="cuda", compile=True, transforms=Transforms(graph_grid=small))
     ids = [[1, 0] + list(range(3, 40)) + [2]]
     o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
     assert np.abs(eager.synthesize_ids(ids, o)[0] - comp.synthesize_ids(ids, o)[0]).max() <= FP32_WAVE_ATOL

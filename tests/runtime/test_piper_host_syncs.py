@@ -74,9 +74,7 @@ def test_cuda_batch_synchronises_for_its_frame_counts_only(tiny_voice_path, layo
     comes back on a side stream (result() waits for that copy alone)."""
     import warnings
 
-    from voxserve.families.piper.options import RuntimeOptions
-
-    voice = voxserve.load_voice(str(tiny_voice_path), device="cuda", runtime=RuntimeOptions(cuda_graphs=False))
+    voice = voxserve.load_voice(str(tiny_voice_path), device="cuda", cuda_graphs=False)
     r = voice.runner
     r.layout = layout
     r.submit(_items()).result()  # warm-up (allocator, kernels)

@@ -12,7 +12,7 @@ from audio_compare import BATCH_ATOL
 
 import voxserve
 from voxserve.families.piper.buckets import DECODE_ALIGN
-from voxserve.families.piper.options import RuntimeOptions
+from voxserve.families.piper.options import Transforms
 
 LONG = ("This is a long sentence, written to check that the decoder gives the same audio when it "
         "runs in windows as when it runs over the whole sentence at once, because every window "
@@ -20,15 +20,15 @@ LONG = ("This is a long sentence, written to check that the decoder gives the sa
 
 
 def _with_config(runner, **kw):
-    old = runner.config
-    runner.config = dataclasses.replace(old, **kw)
+    old = runner.transforms
+    runner.transforms = dataclasses.replace(old, **kw)
     return old
 
 
 def test_cpu_caps_decode_runs(joe_voice):
-    assert joe_voice.runner.decode_cap == RuntimeOptions().cpu_decode_frames
+    assert joe_voice.runner.decode_cap == Transforms().cpu_decode_frames
     with pytest.raises(ValueError):
-        RuntimeOptions(cpu_decode_frames=10).validate()
+        Transforms(cpu_decode_frames=10).validate()
 
 
 @pytest.mark.parametrize("cap", [128, 200])
@@ -42,7 +42,7 @@ def test_windowed_decode_equals_whole(joe_voice, cap):
         _with_config(runner, cpu_decode_frames=cap)
         windowed = joe_voice.synthesize_ids(batch, voxserve.DETERMINISTIC)
     finally:
-        runner.config = old
+        runner.transforms = old
     assert len(whole[0]) > 3 * cap * runner.dims.hop_length  # several windows
     for a, ref in zip(windowed, whole):
         assert len(a) == len(ref)
@@ -62,7 +62,7 @@ def test_windowed_decode_multispeaker(tiny_voice_path):
         _with_config(voice.runner, cpu_decode_frames=64)
         windowed = voice.synthesize_ids([ids], voxserve.SynthesisOptions(speaker=1, seed=5))[0]
     finally:
-        voice.runner.config = old
+        voice.runner.transforms = old
         del voice.runner.stages.decode
     assert len(whole) > 2 * 64 * voice.runner.dims.hop_length
     assert len(decoded) >= 3 and all(w % DECODE_ALIGN == 0 for w in decoded), decoded  # few kernel shapes

@@ -39,7 +39,7 @@ class ArmSpec:
     dtype: str | None = None
     """load_voice's dtype (None = fp32)."""
     runtime: Mapping[str, Any] = field(default_factory=dict)
-    """RuntimeOptions fields (voxserve) - passed as RuntimeOptions(**runtime)."""
+    """Fields of the Piper voice's PiperRuntimeOptions and Transforms (voxserve), by name."""
     threads: int | None = None
     """CPU intra-op threads while this arm runs (None = the process default)."""
     reference: bool = False
@@ -190,9 +190,9 @@ def arms_for(device: str, quick: bool = False, names: Sequence[str] | None = Non
 
 # ---------------------------------------------------------------------------- availability
 def runtime_fields() -> set[str]:
-    from ..families.piper.options import RuntimeOptions
+    from ..families.piper.options import PiperRuntimeOptions, Transforms
 
-    return {f.name for f in dataclasses.fields(RuntimeOptions)}
+    return {f.name for cls in (PiperRuntimeOptions, Transforms) for f in dataclasses.fields(cls)}
 
 
 def availability(spec: ArmSpec) -> str | None:
@@ -366,17 +366,22 @@ class VoxserveArm(Arm):
     def open(self) -> None:
         import torch
 
-        from .. import load_voice
-        from ..families.piper.options import RuntimeOptions
+        from ..families.piper.loader import load_piper_voice
+        from ..families.piper.options import PiperRuntimeOptions, Transforms
         from ..options import SynthesisOptions
+        from ..runtime.cpu import in_passing_thread
+        from ..voices.registry import resolve_voice
 
         default_threads()
         self.activate()
         before = torch.cuda.memory_allocated() if self.is_cuda else None
-        runtime = RuntimeOptions(**dict(self.spec.runtime))
-        self.voice = load_voice(
-            self.voice_name, device=self.spec.device, dtype=self.spec.dtype, runtime=runtime
-        )
+        switches = {f.name for f in dataclasses.fields(Transforms)}
+        runtime = PiperRuntimeOptions(**{k: v for k, v in self.spec.runtime.items() if k not in switches})
+        transforms = Transforms(**{k: v for k, v in self.spec.runtime.items() if k in switches})
+        src = resolve_voice(self.voice_name)
+        self.voice = in_passing_thread(load_piper_voice, src.path, src.config_path, name=src.name,
+                                       device=self.spec.device, dtype=self.spec.dtype, runtime=runtime,
+                                       transforms=transforms)  # as load_voice loads
         self.options = SynthesisOptions(seed=self.seed)
         self.sample_rate = self.voice.sample_rate
         self.device = torch.device(self.spec.device)
@@ -384,7 +389,7 @@ class VoxserveArm(Arm):
         self.info = {
             "voice": self.voice.name,
             "dtype": str(getattr(runner, "dtype", "")).replace("torch.", ""),
-            "runtime": dataclasses.asdict(runtime),
+            "runtime": {**dataclasses.asdict(runtime), **dataclasses.asdict(transforms)},
         }
         if before is not None:  # not 0: an earlier configuration left memory behind (counted in peaks)
             self.info["cuda_allocated_before_load_mb"] = round(before / 2**20, 1)

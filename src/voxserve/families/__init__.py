@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,11 +56,14 @@ class Family:
     name: str
     """The family's name, as `VoiceSource.family` and `Voice.family` carry it."""
     load: Callable[..., Voice]
-    """load(source: VoiceSource, *, device, dtype, runtime, **kw) -> Voice. `runtime` is None,
-    an `options_type`, or a `voxserve.RuntimeOptions` (a family takes what applies to it); kw
-    holds family options of load_voice (today `max_phonemes`) that a family may ignore."""
+    """load(source: VoiceSource, *, device, dtype, runtime, **kw) -> Voice. `runtime` is None or
+    an `options_type` (load_voice checks it); kw holds family options of load_voice (today
+    `max_phonemes`) that a family may ignore."""
     options_type: type
-    """The family's runtime-options dataclass (how a voice runs, not what it says)."""
+    """The family's runtime-options dataclass (how a voice runs, not what it says): frozen, every
+    field with a default, a `validate()` that returns it. `load_voice(runtime=)` takes one, or
+    its fields as keywords (`threads=2`); `voxserve serve` and `say` offer each field as a flag
+    (`--threads`): a name that several families' types share is one setting for all of them."""
     source: Callable[[Path, str | None], VoiceSource]
     """source(path, name) -> the VoiceSource of a voice at `path` (no file is read)."""
     prefix: str | None = None
@@ -154,6 +157,34 @@ def families() -> dict[str, Family]:
 def load_options() -> dict[str, LoadOption]:
     """Every family's load options, by keyword (two families may share a keyword)."""
     return {o.name: o for f in families().values() for o in f.load_options}
+
+
+def runtime_fields() -> dict[str, list[tuple[Family, Any]]]:
+    """Every family's runtime option, by field name: the (family, dataclass field) pairs that
+    have it (a name such as `threads` is shared; its type must be the same in each)."""
+    out: dict[str, list] = {}
+    for fam in families().values():
+        for f in fields(fam.options_type):
+            out.setdefault(f.name, []).append((fam, f))
+    return out
+
+
+def runtime_options(family: Family, runtime: Any = None, **values: Any) -> Any:
+    """The family's options: `runtime` (its `options_type`, or None for the defaults) with
+    `values` of its fields replaced; keywords of other families' fields are ignored (one set of
+    settings serves voices of every family), a keyword no family has is a TypeError."""
+    cls = family.options_type
+    if runtime is not None and not isinstance(runtime, cls):
+        raise TypeError(f"runtime= for a {family.name} voice is a {cls.__module__}.{cls.__name__}, "
+                        f"not a {type(runtime).__name__}")
+    known = runtime_fields()
+    for key in values:
+        if key not in known:
+            raise TypeError(f"unknown runtime option {key!r} (runtime options: {', '.join(sorted(known))})")
+    mine = {f.name for f in fields(cls)}
+    given = {k: v for k, v in values.items() if k in mine and v is not None}
+    options = runtime if runtime is not None else cls()
+    return replace(options, **given).validate()
 
 
 def get_family(name: str) -> Family:

@@ -15,171 +15,72 @@ import argparse
 import logging
 import os
 import re
-import typing
-from dataclasses import dataclass, fields
+import sys
 from pathlib import Path
 
-from ..engine.engine import EngineConfig
-from ..engine.scheduler import SchedulerConfig
-from ..limits import Limits
-from ..voices.registry import DEFAULT_VOICE
-from .config import AppConfig
+from .config import DEPRECATED, ServeSettings, Setting, env_name, settings
+
+__all__ = ["ServeSettings", "settings_from", "load_voices", "build_engine", "add_parser"]
 
 log = logging.getLogger(__name__)
-_SCHED = SchedulerConfig()
-_APP = AppConfig()
-_ENG = EngineConfig()
-_LIM = Limits()
 
 
-@dataclass(frozen=True)
-class ServeSettings:
-    host: str = "127.0.0.1"
-    """Loopback only unless told otherwise."""
-    port: int = 8000
-    voices: tuple[str, ...] = (DEFAULT_VOICE,)
-    """Voices loaded at start (the first is the default); requests may use only these."""
-    device: str = "auto"
-    dtype: str | None = None
-    max_batch_size: int = _SCHED.max_batch_size
-    max_batch_phonemes: int = _SCHED.max_batch_phonemes
-    max_wait_ms: float = _SCHED.max_wait_ms
-    max_starve_ms: float = _SCHED.max_starve_ms
-    """A request waiting this long for its next sentence is served before any priority."""
-    max_queue: int = _SCHED.max_queued_sentences
-    """Sentences queued before new requests get 429."""
-    max_input_chars: int = _APP.max_input_chars
-    max_body_bytes: int = _APP.max_body_bytes
-    max_audio_seconds: float = _LIM.max_audio_seconds
-    """Audio one request may make; a request that would make more is refused (413)."""
-    max_sentence_audio_seconds: float = _LIM.max_sentence_audio_seconds
-    """Audio one sentence may make (413 beyond)."""
-    read_timeout: float = _APP.body_timeout_s
-    """Seconds a client has to send a request's body; its headers get at most 10 s of it."""
-    max_connections: int = _APP.max_connections
-    """Open connections beyond this get 503."""
-    api_key: str | None = None
-    shutdown_timeout: float = _APP.shutdown_timeout_s
-    threads: int | None = None
-    """CPU intra-op threads for the model (None: PyTorch's default)."""
-    executor: str = _ENG.executor
-    """How a CPU runs its batches: auto or serial (EngineConfig.executor)."""
-    max_queue_wait: float = _ENG.max_queue_wait_s
-    """Seconds of work queued ahead of a new request (at the device's observed speed) beyond which it gets 429."""
-    wyoming: str | None = None
-    """Also serve Home Assistant's Wyoming protocol at this URI (tcp://127.0.0.1:10200), same engine."""
-
-    def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
-                               max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
-                               max_queued_sentences=self.max_queue).validate()
-
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(scheduler=self.scheduler_config(), executor=self.executor,
-                            max_queue_wait_s=self.max_queue_wait).validate()
-
-    def app_config(self) -> AppConfig:
-        if self.read_timeout <= 0 or self.max_connections < 1:
-            raise ValueError("read_timeout must be over 0 s and max_connections at least 1")
-        return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
-                         max_body_bytes=self.max_body_bytes, shutdown_timeout_s=self.shutdown_timeout,
-                         header_timeout_s=min(_APP.header_timeout_s, self.read_timeout),
-                         body_timeout_s=self.read_timeout, max_connections=self.max_connections)
-
-    def limits(self) -> Limits:
-        """The work bound every loaded voice applies."""
-        return Limits(max_audio_seconds=self.max_audio_seconds,
-                      max_sentence_audio_seconds=self.max_sentence_audio_seconds).validate()
+def _given(ns: argparse.Namespace, s: Setting):
+    v = getattr(ns, s.name, None)
+    if s.name == "api_key" and v is not None and not v.strip():
+        # an empty flag would otherwise switch authentication off, over VOXSERVE_API_KEY too
+        raise ValueError("--api-key is empty: give a key, or leave the flag out (VOXSERVE_API_KEY applies)")
+    if v is None or v == []:
+        return None
+    return tuple(v) if s.name == "voices" else v
 
 
-_HELP = {
-    "host": "address to bind (default 127.0.0.1: this machine only)",
-    "port": "TCP port",
-    "voices": "voice to load: a registry name, bark:DIR, sbv2:DIR, a Piper .onnx path, or NAME=SOURCE to name it "
-              "(repeatable; the first is the default)",
-    "device": "cpu, cuda, cuda:N or auto",
-    "dtype": "fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)",
-    "max_batch_size": "sentences per batch",
-    "max_batch_phonemes": "phoneme ids per batch",
-    "max_wait_ms": "longest a sentence waits for companions before its batch starts",
-    "max_queue": "queued sentences beyond which new requests get 429",
-    "max_queue_wait": "seconds a new request would wait for the work queued ahead of it (at the observed "
-                      "speed) beyond which it gets 429 (0.1..3600)",
-    "max_starve_ms": "a request waiting this long for its next sentence goes before any priority",
-    "max_input_chars": "longest input accepted (413 beyond)",
-    "max_body_bytes": "largest request body accepted (413 beyond)",
-    "max_audio_seconds": "seconds of audio one request may make (413 beyond)",
-    "max_sentence_audio_seconds": "seconds of audio one sentence may make (413 beyond)",
-    "read_timeout": "seconds a client has to send a request's body, and at most 10 of them for its headers; "
-                    "a slower client gets 408 and is disconnected",
-    "max_connections": "open connections beyond which new ones get 503 (idle ones included)",
-    "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
-    "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
-    "threads": "CPU threads for the model",
-    "wyoming": "also serve Home Assistant's Wyoming protocol (TTS) at this URI, e.g. tcp://127.0.0.1:10200, "
-               "on the same engine (needs the wyoming extra)",
-    "executor": "how a CPU runs its batches: auto (two at once where the voices allow, short work at a "
-                "higher OS priority) or serial (one at a time on every thread)",
-}
+def _from_env(s: Setting, environ, name: str | None = None):
+    var = env_name(name or s.name)
+    raw = environ.get(var)
+    if not raw:
+        return None
+    try:
+        return s.parse(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {var}={raw!r} is not a valid {s.name}") from None
 
 
-def _env_name(field: str) -> str:
-    return "VOXSERVE_" + field.upper()
-
-
-def _scalar_type(name: str) -> type:
-    """int or float for a numeric setting (its annotation, None aside), else str; flags and
-    environment variables both convert through it."""
-    hint = typing.get_type_hints(ServeSettings)[name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    return args[0] if args[0] in (int, float) else str
-
-
-def _convert(f, raw: str):
-    if f.name == "voices":
-        return tuple(v.strip() for v in raw.split(",") if v.strip())
-    return _scalar_type(f.name)(raw)
+def _deprecated(old: str, new: Setting, how: str) -> None:
+    print(f"voxserve: warning: {how} is deprecated (it goes in 0.2): use "
+          f"{new.flag if how.startswith('--') else new.env}", file=sys.stderr)
 
 
 def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
-    kw = {}
-    for f in fields(ServeSettings):
-        v = getattr(ns, f.name, None)
-        if f.name == "api_key" and v is not None and not v.strip():
-            # an empty flag would otherwise switch authentication off, over VOXSERVE_API_KEY too
-            raise ValueError("--api-key is empty: give a key, or leave the flag out (VOXSERVE_API_KEY applies)")
-        if v is not None and v != []:
-            kw[f.name] = tuple(v) if f.name == "voices" else v
-            continue
-        raw = environ.get(_env_name(f.name))
-        if raw:
-            try:
-                kw[f.name] = _convert(f, raw)
-            except ValueError:
-                raise ValueError(f"environment variable {_env_name(f.name)}={raw!r} is not a valid {f.name}") from None
-    return ServeSettings(**kw)
-
-
-def _settings_args(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
-    """A flag for each ServeSettings field (those in `names`, else all)."""
-    for f in fields(ServeSettings):
-        if names is not None and f.name not in names:
-            continue
-        flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
-        default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
-        help_ = f"{_HELP.get(f.name, '')} [env {_env_name(f.name)}; default {default_shown}]"
-        if f.name == "voices":
-            p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
-        else:
-            p.add_argument(flag, dest=f.name, type=_scalar_type(f.name), default=None, help=help_)
+    """The settings of a parsed command line: each leaf from its flag, else its environment
+    variable, else the default (an old name, DEPRECATED, just below the new one's flag or
+    variable, with a warning); validated."""
+    by_name = {s.name: s for s in settings()}
+    flags = {s.name: v for s in by_name.values() if (v := _given(ns, s)) is not None}
+    envs = {s.name: v for s in by_name.values() if (v := _from_env(s, environ)) is not None}
+    for old, new in DEPRECATED.items():
+        s = by_name[new]
+        if (v := getattr(ns, "deprecated_" + old, None)) is not None:
+            _deprecated(old, s, "--" + old.replace("_", "-"))
+            flags.setdefault(new, v)
+            if old == "read_timeout":  # it also bounded the head's time, to at most 10 s
+                flags.setdefault("header_timeout_s", min(by_name["header_timeout_s"].default, v))
+        if environ.get(env_name(old)):
+            v = _from_env(s, environ, old)
+            _deprecated(old, s, env_name(old))
+            envs.setdefault(new, v)
+            if old == "read_timeout":
+                envs.setdefault("header_timeout_s", min(by_name["header_timeout_s"].default, v))
+    return ServeSettings.of(**{**envs, **flags}).validate()
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _settings_args(p)
+    from ..cli import load_option_args, settings_args
+
+    settings_args(p)
     p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
-    from ..cli import load_option_args
 
     load_option_args(p)
     p.add_argument("--ray", action="store_true",
@@ -193,11 +94,11 @@ def add_parser(sub) -> None:
 
 
 def _add_ray_config_parser(sub) -> None:
-    from ..cli import load_option_args
+    from ..cli import load_option_args, settings_args
 
     r = sub.add_parser("ray-config", help="write a Ray Serve config file (serve deploy) for these settings",
                        description="Prints a Serve config for `serve deploy` with the flags of `voxserve serve`.")
-    _settings_args(r)
+    settings_args(r)
     r.add_argument("--no-warmup", action="store_true", help="replicas report ready without a warm-up sentence")
     load_option_args(r)
     r.add_argument("--replicas", default=None, metavar="N|MIN-MAX", help="replicas, or an autoscaling range")
@@ -217,13 +118,13 @@ def _ray(command: str, ns: argparse.Namespace) -> int:
 
 # the settings of `voxserve serve` that `voxserve wyoming` has too (no HTTP, no API key)
 _WYOMING_SETTINGS = ("voices", "device", "dtype", "max_batch_size", "max_batch_phonemes", "max_wait_ms",
-                     "max_starve_ms", "max_queue", "max_queue_wait", "max_input_chars", "max_audio_seconds",
-                     "max_sentence_audio_seconds", "read_timeout", "max_connections", "shutdown_timeout",
-                     "threads", "executor")
+                     "max_starve_ms", "max_queued_sentences", "max_queue_wait_s", "max_input_chars",
+                     "max_audio_seconds", "max_sentence_audio_seconds", "body_timeout_s", "max_connections",
+                     "shutdown_timeout_s", "executor", "request_timeout_s")
 
 
 def _add_wyoming_parser(sub) -> None:
-    from ..cli import load_option_args, options_args
+    from ..cli import load_option_args, options_args, runtime_names, settings_args
 
     p = sub.add_parser("wyoming", help="run a Wyoming server (Home Assistant text to speech)",
                        description="Serve Home Assistant's Wyoming protocol (describe, synthesize, streamed "
@@ -233,7 +134,7 @@ def _add_wyoming_parser(sub) -> None:
     p.add_argument("--uri", default=None,
                    help="tcp://HOST:PORT or unix://PATH to listen on [env VOXSERVE_WYOMING; default "
                         "tcp://127.0.0.1:10200: this machine only]")
-    _settings_args(p, _WYOMING_SETTINGS)
+    settings_args(p, _WYOMING_SETTINGS + runtime_names())
     p.add_argument("--no-warmup", action="store_true", help="listen without a warm-up sentence first")
     load_option_args(p)
     options_args(p)
@@ -258,8 +159,9 @@ def wyoming_config(settings: ServeSettings, uri: str, options=None):
     kind, host, _ = wy.parse_uri(uri)
     if kind == "tcp" and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("Wyoming on %s: the protocol has no authentication; anyone who can reach it can use it", host)
-    return wy.WyomingConfig(uri=uri, max_input_chars=settings.max_input_chars,
-                            max_connections=settings.max_connections, io_timeout_s=settings.read_timeout,
+    return wy.WyomingConfig(uri=uri, max_input_chars=settings.http.max_input_chars,
+                            max_connections=settings.http.max_connections, io_timeout_s=settings.http.body_timeout_s,
+                            request_timeout_s=settings.http.request_timeout_s,
                             **({"options": options} if options is not None else {})).validate()
 
 
@@ -271,7 +173,7 @@ def cmd_wyoming(ns: argparse.Namespace) -> int:
 
     wy = _wyoming_module()
     settings = settings_from(ns)
-    config = wyoming_config(settings, ns.uri or settings.wyoming or wy.DEFAULT_URI, options_from(ns).validate())
+    config = wyoming_config(settings, ns.uri or settings.server.wyoming or wy.DEFAULT_URI, options_from(ns).validate())
     _allocator(ns)
     try:
         engine = build_engine(settings, load_options_from(ns))
@@ -281,7 +183,7 @@ def cmd_wyoming(ns: argparse.Namespace) -> int:
     def listening(server) -> None:
         print(f"voxserve: serving {', '.join(engine.voices)} on {server.address} (Wyoming)", flush=True)
 
-    asyncio.run(wy.serve(engine, config, warmup=not ns.no_warmup, shutdown_timeout_s=settings.shutdown_timeout,
+    asyncio.run(wy.serve(engine, config, warmup=not ns.no_warmup, shutdown_timeout_s=settings.http.shutdown_timeout_s,
                          on_ready=listening))
     return 0
 
@@ -303,22 +205,21 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
     such as bark:DIR, a Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
     registered in this process's registry, so the name resolves to what the server loaded.
     Two voices with one name are refused (the second would silently replace the first)."""
-    from .. import RuntimeOptions, load_voice
+    from .. import load_voice
     from ..families import source_hint
     from ..voices.registry import check_reserved_name, register_voice, resolve_voice, voice_sources
 
-    runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
     family_options = family_options or {}  # e.g. bert_dir (voxserve.families.load_options)
     voices: dict = {}
     origin: dict[str, str] = {}
-    for spec in settings.voices:
+    for spec in settings.load.voices:
         name, source = parse_voice_spec(spec)
         from_path = source not in voice_sources()
         if from_path and (hint := source_hint(Path(source))):  # e.g. a Bark directory without its prefix
             raise ValueError(hint)
         src = resolve_voice(source)  # the operator's command line: paths allowed here
-        v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime,
-                       limits=settings.limits(), **family_options)
+        v = load_voice(source, device=settings.load.device, dtype=settings.load.dtype, limits=settings.limits,
+                       **settings.runtime, **family_options)
         if name is not None:
             v.name = name
         try:
@@ -338,7 +239,7 @@ def load_voices(settings: ServeSettings, family_options: dict | None = None) -> 
 def build_engine(settings: ServeSettings, family_options: dict | None = None):
     from ..engine import Engine
 
-    return Engine(load_voices(settings, family_options), settings.engine_config())
+    return Engine(load_voices(settings, family_options), settings.engine)
 
 
 def _allocator(ns: argparse.Namespace) -> None:
@@ -363,10 +264,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         raise ValueError("--replicas needs --ray")
     settings = settings_from(ns)
     _allocator(ns)
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
-        log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.host)
-    app_config = settings.app_config()
-    wyoming = wyoming_config(settings, settings.wyoming) if settings.wyoming else None
+    if settings.server.host not in ("127.0.0.1", "localhost", "::1") and not settings.http.api_key:
+        log.warning("serving on %s without an API key: anyone who can reach it can use it", settings.server.host)
+    app_config = settings.http
+    wyoming = wyoming_config(settings, settings.server.wyoming) if settings.server.wyoming else None
     try:
         from ..cli import load_options_from
 
@@ -374,7 +275,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag
         raise ValueError(str(e)) from None
-    check_can_listen(settings.host, settings.port)  # before the announcement: a busy port is one line
+    check_can_listen(settings.server.host, settings.server.port)  # before the announcement: a busy port is one line
     if wyoming is not None:
         kind, wy_host, wy_port = _wyoming_module().parse_uri(wyoming.uri)
         if kind == "tcp":
@@ -385,20 +286,20 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         app_config = replace(app_config, warmup=False)
     app = create_app(engine, app_config)
     _raise_fd_limit(app_config.max_connections + 256)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if ns.verbose else "warning",
-                            timeout_graceful_shutdown=int(max(1, settings.shutdown_timeout)),
+    config = uvicorn.Config(app, host=settings.server.host, port=settings.server.port, log_level="info" if ns.verbose else "warning",
+                            timeout_graceful_shutdown=int(max(1, settings.http.shutdown_timeout_s)),
                             http=http_protocol(app), access_log=bool(ns.verbose))
     server = uvicorn.Server(config)
     lanes = ", ".join(f"{dev}: {n}{f' (+{n} urgent)' if engine.urgent_lanes[dev] else ''}"
                       for dev, n in engine.lanes.items())
-    print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.host}:{settings.port} "
+    print(f"voxserve: serving {', '.join(engine.voices)} on http://{settings.server.host}:{settings.server.port} "
           f"(batches at once per device: {lanes})", flush=True)
     if wyoming is None:
         try:
             server.run()
         except SystemExit:
             if not server.started:  # bound by another process after our check (uvicorn logged why)
-                raise ValueError(f"cannot listen on {settings.host}:{settings.port}") from None
+                raise ValueError(f"cannot listen on {settings.server.host}:{settings.server.port}") from None
             raise
         return 0
     import asyncio

@@ -50,12 +50,10 @@ def _describe(src: VoiceSource) -> dict:
 
 
 def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, **_):
-    """`runtime`: a BarkRuntimeOptions, or a voxserve.RuntimeOptions of which only `offload`
-    and `threads` apply. Other load_voice options (max_phonemes) do not apply to Bark."""
+    """`runtime`: a BarkRuntimeOptions or None. Other load_voice options (max_phonemes) do not
+    apply to Bark."""
     from .voice import load_bark_voice  # the voice's code only when one loads (CLI start-up)
 
-    if runtime is not None and not isinstance(runtime, BarkRuntimeOptions):
-        runtime = BarkRuntimeOptions(offload=runtime.offload, threads=runtime.threads)
     return load_bark_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
 
 

@@ -4,7 +4,7 @@ transformers (the family registers them at start-up; the CLI builds its flags fr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 
@@ -13,16 +13,16 @@ ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 class BarkRuntimeOptions:
     """How a Bark voice runs (not what it says)."""
 
-    attention: str = "sdpa"
+    attention: str = field(default="sdpa", metadata={"help": 'Bark: sdpa, eager or flash_attention_2'})
     """'sdpa' (fused scaled-dot-product attention), 'eager' (transformers' reference path), or
     'flash_attention_2' (needs the flash-attn package, CUDA and fp16/bf16)."""
-    offload: bool = False
+    offload: bool = field(default=False, metadata={"help": 'keep weights in host memory, on the GPU only while a stage runs'})
     """CPU offload: keep the stages in pinned host memory and
     move each to the GPU only while it runs (lower peak memory, one weight copy per stage and
     batch). No effect on CPU (logged)."""
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata={"help": "CPU intra-op threads for the model (default: PyTorch's)"})
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
-    max_sequences: int = 16
+    max_sequences: int = field(default=16, metadata={"help": 'sentences generated at once (continuous batching), 1..256'})
     """Sentences the engine generates at once (continuous batching): a request that arrives
     while fewer run starts at the next step; more wait for a free slot. Raise it on a GPU."""
 

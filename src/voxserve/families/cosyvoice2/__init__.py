@@ -16,7 +16,7 @@ loader. See docs/cosyvoice2.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import VoiceLoadError
@@ -34,11 +34,11 @@ goes to the model as written (English spoken-form normalisation aside): no per-l
 class CosyRuntimeOptions:
     """How a CosyVoice 2 voice runs (not what it says)."""
 
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata={"help": "CPU intra-op threads for the model (default: PyTorch's)"})
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
-    max_sequences: int = 16
+    max_sequences: int = field(default=16, metadata={"help": 'sentences generated at once (continuous batching), 1..256'})
     """Sentences whose language model runs at once (continuous batching), 1..256."""
-    streaming: bool = True
+    streaming: bool = field(default=True, metadata={"help": 'CosyVoice 2: audio in chunks as tokens come, not once per sentence'})
     """Audio in chunks as tokens come (chunk-masked flow; first audio after about a second of
     speech) rather than once per sentence (full attention)."""
 
@@ -93,11 +93,9 @@ def _describe(src: VoiceSource) -> dict:
 
 
 def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, **_):
-    """`runtime`: a CosyRuntimeOptions, or a voxserve.RuntimeOptions of which `threads` applies."""
+    """`runtime`: a CosyRuntimeOptions or None."""
     from .loader import load_cosyvoice2_voice
 
-    if runtime is not None and not isinstance(runtime, CosyRuntimeOptions):
-        runtime = CosyRuntimeOptions(threads=runtime.threads)
     runtime = (runtime or CosyRuntimeOptions()).validate()
     return load_cosyvoice2_voice(src.path, name=src.name, device=device, dtype=dtype, runtime=runtime)
 

@@ -3,7 +3,7 @@ VITS (model.py), run by VitsRunner (runner.py: batched, CUDA graphs, cut sentenc
 
 Modules: model (VITS), onnx_import + cache (weights from the .onnx, cached as safetensors),
 config (the .onnx.json), loader (load_piper_voice), voice (VitsVoice), runner + stages +
-cuda_graphs + buckets (how batches run), options (RuntimeOptions), precision, transforms.
+cuda_graphs + buckets (how batches run), options (PiperRuntimeOptions, Transforms), precision, transforms.
 The text front end is voxserve.text (espeak-ng phonemes -> the voice's phoneme ids).
 """
 
@@ -17,7 +17,7 @@ from ...errors import VoiceLoadError
 from ...voices.registry import VoiceSource
 from .. import Family, LoadOption, register_family
 from .config import config_language, language_codes
-from .options import RuntimeOptions
+from .options import PiperRuntimeOptions
 
 NAME = "piper"
 
@@ -85,7 +85,7 @@ def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, max_phon
 FAMILY = register_family(Family(
     name=NAME,
     load=_load,
-    options_type=RuntimeOptions,
+    options_type=PiperRuntimeOptions,
     source=piper_source,
     prefix="piper",
     recognise=_recognise,
@@ -99,4 +99,4 @@ FAMILY = register_family(Family(
                              path=True),),
 ))
 
-__all__ = ["FAMILY", "RuntimeOptions", "piper_source"]
+__all__ = ["FAMILY", "PiperRuntimeOptions", "piper_source"]

@@ -17,7 +17,7 @@ from .cache import load_cached
 from .config import VoiceConfig
 from .model import VitsModel, attention_modules
 from .onnx_import import read_piper_onnx
-from .options import RuntimeOptions
+from .options import PiperRuntimeOptions, Transforms
 from .precision import PrecisionPolicy, apply_precision
 from .runner import VitsRunner
 from .transforms import fold_resblock_average, tile_decoder
@@ -44,16 +44,19 @@ def load_piper_voice(
     name: str | None = None,
     device: str | torch.device | None = "auto",
     dtype: str | torch.dtype | None = None,
-    runtime: RuntimeOptions | None = None,
+    runtime: PiperRuntimeOptions | None = None,
     max_phonemes: int = DEFAULT_MAX_PHONEMES,
     use_cache: bool = True,
+    transforms: Transforms | None = None,
 ) -> VitsVoice:
+    """`transforms`: the speed features' switches (tests and benchmarks; default all on)."""
     model_path = Path(model_path)
     config_path = Path(config_path) if config_path else model_path.with_name(model_path.name + ".json")
     if not model_path.exists():
         raise VoiceLoadError(f"voice model not found: {model_path}")
     config = VoiceConfig.from_json(config_path, name=name)
-    runtime = (runtime or RuntimeOptions()).validate()
+    runtime = (runtime or PiperRuntimeOptions()).validate()
+    tf = (transforms or Transforms()).validate()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
 
@@ -68,25 +71,25 @@ def load_piper_voice(
                     model_path.name, dims.hop_length, config.hop_length)
 
     for attn in attention_modules(model):
-        attn.impl = runtime.attention
-    if runtime.fold_average:
+        attn.impl = tf.attention
+    if tf.fold_average:
         fold_resblock_average(model.dec)
     if dev.type == "cpu":
         tune_malloc()
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
-        if runtime.cpu_gemm_convs:  # first: the flow's convolutions it takes are not converted twice
+        if tf.cpu_gemm_convs:  # first: the flow's convolutions it takes are not converted twice
             for stage in (model.enc_p, model.dp, model.flow):
                 convert_convs_gemm(stage)
-        if runtime.cpu_decode_tiles and not runtime.compile:
+        if tf.cpu_decode_tiles and not runtime.compile:
             tile_decoder(model.dec)
-        if runtime.cpu_channels_last:
+        if tf.cpu_channels_last:
             convert_convs_channels_last(model.flow)
             convert_convs_channels_last(model.dec)
     if dev.type == "cuda" and runtime.memory_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(runtime.memory_fraction, dev)
     model = apply_precision(model.to(dev), PrecisionPolicy.default(dt))
-    runner = VitsRunner(model, dev, dt, runtime)
+    runner = VitsRunner(model, dev, dt, runtime, tf)
     if dev.type == "cuda":
         runner.warmup()  # capture the CUDA graph grid (or compile) now, not on a user's request
     frontend = TextFrontend(config.espeak_voice, config.phoneme_id_map, config.phoneme_map,

@@ -45,7 +45,7 @@ from ...runtime.sync import host_read, upload
 from .buckets import decode_bucket, geometric_bucket
 from .cuda_graphs import GraphedStages
 from .model import GapMask, VitsDims, VitsModel
-from .options import RuntimeOptions
+from .options import PiperRuntimeOptions, Transforms
 from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
 
 log = logging.getLogger(__name__)
@@ -174,13 +174,14 @@ class VitsRunner(ResidentWeights):
     """Owns one VITS model on one device. `run(items)` synthesises one batch."""
 
     def __init__(self, model: VitsModel, device: torch.device, dtype: torch.dtype = torch.float32,
-                 options: RuntimeOptions | None = None):
+                 options: PiperRuntimeOptions | None = None, transforms: Transforms | None = None):
         self.model = model
         self.dims = model.dims
         self.device = device
         self.dtype = dtype
-        self.config = (options or RuntimeOptions()).validate()
-        self.layout = "packed" if self.config.decode_layout == "auto" else self.config.decode_layout
+        self.config = (options or PiperRuntimeOptions()).validate()
+        self.transforms = (transforms or Transforms()).validate()
+        self.layout = "packed" if self.transforms.decode_layout == "auto" else self.transforms.decode_layout
         self.gap = decoder_gap_frames(self.dims)
         self._lock = threading.Lock()  # one batch at a time, unless `concurrent_runs`
         self.last_stats: dict[str, float] = {}
@@ -190,7 +191,7 @@ class VitsRunner(ResidentWeights):
             self.offloader = WeightOffloader(model, {"encode": ("enc_p", "dp", "emb_g"), "synth": ("flow", "dec")}, device)
         self.stages = self._build_stages()
         # CPU eager: round shapes up to buckets (see families/piper/buckets.py); graphs have their own
-        buckets = self.config.shape_buckets
+        buckets = self.transforms.shape_buckets
         self.buckets = (device.type == "cpu") if buckets is None else buckets
         self.buckets = self.buckets and isinstance(self.stages, EagerStages)
         self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -205,7 +206,7 @@ class VitsRunner(ResidentWeights):
         if self.config.offload:
             raise ValueError("cuda_graphs and offload cannot be combined: graphs bind the weights' device addresses")
         emulate = self.device.type != "cuda"
-        return GraphedStages(eager, self.device, self.config.graph_grid, emulate=emulate)
+        return GraphedStages(eager, self.device, self.transforms.graph_grid, emulate=emulate)
 
     @property
     def concurrent_runs(self) -> bool:
@@ -381,7 +382,7 @@ class VitsRunner(ResidentWeights):
         """Frames of a sentence's head for first audio (0: not cut): at least
         first_audio_frames and 1/16 of the sentence, so that the rest (at a real-time factor
         under ~1/16) is ready before the head has played."""
-        c = self.config
+        c = self.transforms
         if not c.first_audio_frames or frames < max(c.first_audio_split_frames, 1):
             return 0
         head = max(c.first_audio_frames, -(-frames // 16))
@@ -604,7 +605,7 @@ class VitsRunner(ResidentWeights):
             Lb = x.m.shape[-1]
             if split and len(run) == 1 and L > self.decode_cap and dspans[run[0]] == pieces[run[0]][1:3]:
                 # one long sentence: flow over it whole, decoder in windows, so its activations
-                # stay bounded by decode_cap frames (peak RSS, see RuntimeOptions.cpu_decode_frames)
+                # stay bounded by decode_cap frames (peak RSS, see Transforms.cpu_decode_frames)
                 cap, dctx_ = self.decode_cap, self.decode_context
                 with self._stage("synth"):
                     z = self.stages.flow(x)  # [1, C, Lb]
@@ -712,10 +713,10 @@ class VitsRunner(ResidentWeights):
     @property
     def decode_cap(self) -> int:
         """Frames per decoder call: max_decode_frames, on CPU at most cpu_decode_frames."""
-        c = self.config
-        if self.device.type == "cpu" and c.cpu_decode_frames is not None:
-            return min(c.max_decode_frames, c.cpu_decode_frames)
-        return c.max_decode_frames
+        cap, cpu_cap = self.config.max_decode_frames, self.transforms.cpu_decode_frames
+        if self.device.type == "cpu" and cpu_cap is not None:
+            return min(cap, cpu_cap)
+        return cap
 
     def _decode_groups(self, y_lengths: Sequence[int]) -> list[list[int]]:
         """Consecutive runs of items whose frames (with gaps) stay under decode_cap."""

@@ -11,7 +11,7 @@ loads. See docs/sbv2.md.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import VoiceLoadError
@@ -39,9 +39,9 @@ def language_codes(languages) -> list[str]:
 class Sbv2RuntimeOptions:
     """How an SBV2 voice runs (not what it says)."""
 
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata={"help": "CPU intra-op threads for the model (default: PyTorch's)"})
     """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
-    bert_batch: int = 16
+    bert_batch: int = field(default=16, metadata={"help": 'Style-Bert-VITS2: sentences per BERT forward (across requests and voices), 1..64'})
     """Sentences per BERT forward (across requests and voices); 1..64."""
 
     def validate(self) -> "Sbv2RuntimeOptions":
@@ -86,13 +86,11 @@ def _describe(src: VoiceSource) -> dict:
 
 
 def _load(src: VoiceSource, *, device="auto", dtype=None, runtime=None, bert_dir=None, **_):
-    """`runtime`: an Sbv2RuntimeOptions, or a voxserve.RuntimeOptions of which `threads` applies."""
+    """`runtime`: an Sbv2RuntimeOptions or None."""
     import torch
 
     from .voice import load_sbv2_voice
 
-    if runtime is not None and not isinstance(runtime, Sbv2RuntimeOptions):
-        runtime = Sbv2RuntimeOptions(threads=runtime.threads)
     runtime = (runtime or Sbv2RuntimeOptions()).validate()
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
