@@ -58,7 +58,7 @@ def main() -> int:
     wy = free_port()
     log = tmp / "server.log"
     s = ServerProcess(["--voice", VOICE, "--no-warmup", "--wyoming", f"tcp://127.0.0.1:{wy}",
-                       "--max-queue", "4096", "--max-queue-wait", "3600"], env=env, ready_timeout=300, log_path=log)
+                       "--max-queued-sentences", "4096", "--max-queue-wait-s", "3600"], env=env, ready_timeout=300, log_path=log)
     s.wyoming_port = wy
     work = cases(s, args.per_case)
     survived: Counter = Counter()

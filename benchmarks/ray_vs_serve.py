@@ -40,7 +40,7 @@ ARMS = {
     "ray 1x2": ["--ray", "--replicas", "1", "--threads", "2"],
     "ray 2x1": ["--ray", "--replicas", "2", "--threads", "1"],
 }
-COMMON = ["--max-queue-wait", "3600"]
+COMMON = ["--max-queue-wait-s", "3600"]
 """Every request admitted in every arm: the load is the same work for each, and a 429 (whose
 bound follows the measured speed of a machine that others share) never stands in for one."""
 SHORT = "Your order is ready for pickup."

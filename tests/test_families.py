@@ -4,6 +4,7 @@ comparisons in generic code."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,3 +169,27 @@ def test_the_check_catches_a_comparison():
     assert family_name_uses('x = key.startswith("bark:")')
     assert family_name_uses('x = "bark:" + path')
     assert not family_name_uses('"""Load "bark:DIR" voices."""\nfamily = "piper_like"')
+
+
+def test_runtime_options_are_the_familys_type_or_its_fields_by_name(fake_family):
+    """load_voice reads Family.options_type: runtime= is the family's own type (another
+    family's is a TypeError, not silently half-applied), and its fields are keywords too."""
+    fam, loaded = fake_family
+    v = voxserve.load_voice("fake:k", device="cpu", gain=0.25)
+    assert v.gain == 0.25 and loaded[-1][2] == FakeOptions(gain=0.25)
+    v = voxserve.load_voice("fake:k", device="cpu", runtime=FakeOptions(gain=0.5), gain=0.75)
+    assert v.gain == 0.75  # a keyword over runtime's field
+    assert voxserve.load_voice("fake:k", device="cpu", max_sequences=4).gain == 1.0  # Bark's: not fake's
+    bark_options = families()["bark"].options_type
+    with pytest.raises(TypeError, match="fake voice is a .*FakeOptions"):
+        voxserve.load_voice("fake:k", device="cpu", runtime=bark_options())
+    with pytest.raises(TypeError, match="no_such_option"):
+        voxserve.load_voice("fake:k", device="cpu", no_such_option=1)
+
+
+def test_the_public_api_holds_no_familys_class_as_generic():
+    assert "RuntimeOptions" not in voxserve.__all__ and not hasattr(voxserve, "RuntimeOptions")
+    piper = families()["piper"].options_type
+    switches = {"cpu_channels_last", "cpu_gemm_convs", "fold_average", "decode_layout", "cpu_decode_tiles",
+                "shape_buckets", "graph_grid", "first_audio_frames", "first_audio_split_frames", "attention"}
+    assert not switches & {f.name for f in dataclasses.fields(piper)}  # developers' switches: Transforms

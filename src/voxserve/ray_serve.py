@@ -8,7 +8,7 @@ docs/serving.md, "Ray Serve").
 
 What each replica reserves comes from the device: a GPU replica 1 GPU (and 1 CPU for its front
 end), a CPU replica `threads` CPUs, which its model also uses as intra-op threads.
-`max_ongoing_requests` is the engine's own count bound (`--max-queue`: every admitted request
+`max_ongoing_requests` is the engine's own count bound (`--max-queued-sentences`: every admitted request
 holds a queued sentence or a waiting slot), so a busy replica answers 429 from its admission
 rather than Ray queueing without end; Ray's queue in front of the replicas is bounded too
 (`max_queued_requests`; Ray answers 503 past it).

@@ -141,7 +141,7 @@ def main() -> int:
 
     # the command users run; no time bound on admission, so any failure is the kill's
     cmd = [sys.executable, "-m", "voxserve", "serve", "--ray", "--replicas", "2", "--threads", "1",
-           "--device", "cpu", "--max-queue-wait", "3600", "--port", str(ns.port)]
+           "--device", "cpu", "--max-queue-wait-s", "3600", "--port", str(ns.port)]
     log = open(Path(ns.temp) / "serve.log", "w+")
     t1 = time.monotonic()
     server = subprocess.Popen(cmd, env={**os.environ, "RAY_TMPDIR": ns.temp}, stdout=log, stderr=subprocess.STDOUT)

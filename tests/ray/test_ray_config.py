@@ -72,7 +72,7 @@ def test_config_round_trips_the_settings_and_leaves_the_key_out():
 
 def test_ray_config_command_prints_a_serve_config():
     r = subprocess.run([sys.executable, "-m", "voxserve", "ray-config", "--device", "cpu", "--threads", "1",
-                        "--replicas", "1-3", "--max-queue", "64"],
+                        "--replicas", "1-3", "--max-queued-sentences", "64"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     cfg = yaml.safe_load(r.stdout)

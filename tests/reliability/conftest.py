@@ -19,9 +19,10 @@ def http_server(tiny_voice_path, tmp_path_factory):
     wyoming_port = free_port() if importlib.util.find_spec("wyoming") else None
     log_path = tmp_path_factory.mktemp("http_server") / "server.log"
     # no warm-up: a cold first request is fine here, and warm-up is most of a start's time
-    s = ServerProcess(["--voice", "tiny-multi", "--no-warmup", "--read-timeout", str(read_timeout),
+    s = ServerProcess(["--voice", "tiny-multi", "--no-warmup", "--body-timeout-s", str(read_timeout),
+                       "--header-timeout-s", str(read_timeout),
                        "--max-connections", str(max_connections), "--max-audio-seconds", str(max_audio_s),
-                       "--max-queue", "1024", "--max-queue-wait", "3600",  # admission is not tested here
+                       "--max-queued-sentences", "1024", "--max-queue-wait-s", "3600",  # admission is not tested here
                        *(["--wyoming", f"tcp://127.0.0.1:{wyoming_port}"] if wyoming_port else [])],
                       env={"VOXSERVE_VOICES_PATH": str(tiny_voice_path.parent), "PYTHONFAULTHANDLER": "1"},
                       ready_timeout=120, log_path=log_path)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from server_process import ServerProcess
 
-BOUND_S = 3.0  # --max-queue-wait
+BOUND_S = 3.0  # --max-queue-wait-s
 CLIENTS = 64
 LOAD_S = 20.0  # how long the clients keep sending
 # The wait is an estimate from a measured speed that drifts on a 2-core machine: single requests
@@ -25,7 +25,7 @@ LANES = 2  # batches the server's CPU runs at once (2 vCPUs; fewer threads only 
 
 @pytest.fixture(scope="module")
 def server():
-    s = ServerProcess(["--voice", "en_US-joe-medium", "--max-queue-wait", str(BOUND_S)])
+    s = ServerProcess(["--voice", "en_US-joe-medium", "--max-queue-wait-s", str(BOUND_S)])
     yield s
     s.stop()
 

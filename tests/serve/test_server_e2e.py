@@ -25,7 +25,7 @@ def tiny_env(tiny_voice_path):
 @pytest.fixture(scope="module")
 def server(tiny_env):
     s = ServerProcess(["--voice", "en_US-joe-medium", "--voice", "tiny-multi", "--max-batch-size", "4",
-                "--max-queue", "1024", "--max-queue-wait", "3600"], env=tiny_env)  # all accepted: it tests mixing
+                "--max-queued-sentences", "1024", "--max-queue-wait-s", "3600"], env=tiny_env)  # all accepted: it tests mixing
     yield s
     s.stop()
 
@@ -185,7 +185,7 @@ def test_every_error_status_over_the_wire(server):
 
 @pytest.fixture(scope="module")
 def small_server(tiny_env):
-    s = ServerProcess(["--max-queue", "3", "--max-batch-size", "1"], env={**tiny_env, "VOXSERVE_API_KEY": "k3y"},
+    s = ServerProcess(["--max-queued-sentences", "3", "--max-batch-size", "1"], env={**tiny_env, "VOXSERVE_API_KEY": "k3y"},
                api_key="k3y")
     yield s
     s.stop()

@@ -171,8 +171,9 @@ def runtime_fields() -> dict[str, list[tuple[Family, Any]]]:
 
 def runtime_options(family: Family, runtime: Any = None, **values: Any) -> Any:
     """The family's options: `runtime` (its `options_type`, or None for the defaults) with
-    `values` of its fields replaced; keywords of other families' fields are ignored (one set of
-    settings serves voices of every family), a keyword no family has is a TypeError."""
+    `values` of its fields replaced (None if neither sets anything); keywords of other families'
+    fields are ignored (one set of settings serves voices of every family), a keyword no family
+    has is a TypeError. Not validated here: the family's loader validates what it gets."""
     cls = family.options_type
     if runtime is not None and not isinstance(runtime, cls):
         raise TypeError(f"runtime= for a {family.name} voice is a {cls.__module__}.{cls.__name__}, "
@@ -183,8 +184,9 @@ def runtime_options(family: Family, runtime: Any = None, **values: Any) -> Any:
             raise TypeError(f"unknown runtime option {key!r} (runtime options: {', '.join(sorted(known))})")
     mine = {f.name for f in fields(cls)}
     given = {k: v for k, v in values.items() if k in mine and v is not None}
-    options = runtime if runtime is not None else cls()
-    return replace(options, **given).validate()
+    if not given:
+        return runtime  # None: the family's defaults
+    return replace(runtime if runtime is not None else cls(), **given)
 
 
 def get_family(name: str) -> Family:

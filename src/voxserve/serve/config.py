@@ -108,7 +108,8 @@ class ServeSettings:
             if name not in known:
                 raise ValueError(f"unknown runtime option {name!r} (known: {', '.join(sorted(known))})")
         for fam in {f.name: f for pairs in known.values() for f, _ in pairs}.values():
-            self.runtime_options(fam)  # each family's validate()
+            if (options := self.runtime_options(fam)) is not None:
+                options.validate()  # a bad --bert-batch fails at start, not when a voice loads
         return self
 
     def runtime_options(self, family):
