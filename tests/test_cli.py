@@ -51,6 +51,7 @@ def test_say_formats_to_stdout(fmt):
     (["say", "hi", "--voice", "nope", "-o", "-"], "available voices: en_US-joe-medium"),
     (["say", "hi", "--speed", "0", "-o", "-"], "speed"),
     (["say", "hi", "--speaker", "3", "-o", "-"], "speaker"),
+    (["say", "hi", "--max-decode-frames", "10", "-o", "-"], "max_decode_frames"),  # the family's validate()
 ])
 def test_say_bad_input_exits_2(args, message):
     r = run(*args)
@@ -64,3 +65,16 @@ def test_voices_lists_default():
     assert r.returncode == 0 and "en_US-joe-medium" in r.stdout.decode()
     r = run("voices", "--json")
     assert '"family": "piper"' in r.stdout.decode()
+
+
+def test_say_takes_the_families_runtime_options():
+    """`say` has a flag for each field of each family's options type (Family.options_type), and
+    gives load_voice those set; a voice of another family ignores the rest."""
+    from voxserve.cli import build_parser, runtime_from
+
+    ns = build_parser().parse_args(["say", "hi", "--threads", "1", "--max-sequences", "4", "--no-cuda-graphs"])
+    assert runtime_from(ns) == {"threads": 1, "max_sequences": 4, "cuda_graphs": False}
+    assert runtime_from(build_parser().parse_args(["say", "hi"])) == {}
+    for internal in ("--cpu-channels-last", "--decode-layout", "--shape-buckets"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["say", "hi", internal, "1"])

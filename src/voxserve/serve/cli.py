@@ -1,7 +1,9 @@
 """`voxserve serve`: load voices, start the engine, serve HTTP (uvicorn).
 
-Every setting comes, in order of precedence, from its flag, its environment variable
-(VOXSERVE_<NAME>, e.g. VOXSERVE_API_KEY, VOXSERVE_VOICES=a,b) or the dataclass default.
+Every setting (a leaf of the settings tree, voxserve.serve.config.ServeSettings) comes, in
+order of precedence, from its flag, its environment variable (VOXSERVE_<NAME>, e.g.
+VOXSERVE_API_KEY, VOXSERVE_VOICES=a,b) or the dataclass default; flag and variable are the
+field's name (--max-queued-sentences, VOXSERVE_MAX_QUEUED_SENTENCES).
 
 Voices: `--voice NAME` loads a registered voice; `--voice bark:DIR` (or a Piper .onnx path)
 loads from a path at start and serves it under the directory's (file's) name;
@@ -46,7 +48,8 @@ def _from_env(s: Setting, environ, name: str | None = None):
         raise ValueError(f"environment variable {var}={raw!r} is not a valid {s.name}") from None
 
 
-def _deprecated(old: str, new: Setting, how: str) -> None:
+def _deprecated(new: Setting, how: str) -> None:
+    """Warn that `how` (an old flag or variable) is deprecated, naming the setting that replaces it."""
     print(f"voxserve: warning: {how} is deprecated (it goes in 0.2): use "
           f"{new.flag if how.startswith('--') else new.env}", file=sys.stderr)
 
@@ -61,13 +64,13 @@ def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
     for old, new in DEPRECATED.items():
         s = by_name[new]
         if (v := getattr(ns, "deprecated_" + old, None)) is not None:
-            _deprecated(old, s, "--" + old.replace("_", "-"))
+            _deprecated(s, "--" + old.replace("_", "-"))
             flags.setdefault(new, v)
             if old == "read_timeout":  # it also bounded the head's time, to at most 10 s
                 flags.setdefault("header_timeout_s", min(by_name["header_timeout_s"].default, v))
         if environ.get(env_name(old)):
             v = _from_env(s, environ, old)
-            _deprecated(old, s, env_name(old))
+            _deprecated(s, env_name(old))
             envs.setdefault(new, v)
             if old == "read_timeout":
                 envs.setdefault("header_timeout_s", min(by_name["header_timeout_s"].default, v))
