@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from voxserve.families.piper import model as vits
+from voxserve.models import vits as vits
 from voxserve.bench.corpus import load_corpus
 
 STAGE_METHODS = {"encode": "encode", "flow": "flow_reverse", "decode": "decode"}

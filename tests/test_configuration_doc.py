@@ -16,7 +16,7 @@ from voxserve.families.bark.voice import BarkRuntimeOptions
 from voxserve.families.piper.options import RuntimeOptions
 from voxserve.limits import Limits
 from voxserve.options import SynthesisOptions
-from voxserve.serve.cli import ServeSettings, _env_name
+from voxserve.serve.settings import ServeSettings, env_name
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
 
@@ -30,7 +30,7 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
 def test_every_serve_setting_has_its_flag_and_variable(field):
     flag = "--voice" if field == "voices" else "--" + field.replace("_", "-")
     assert f"`{flag}" in DOC
-    assert f"`{_env_name(field)}`" in DOC
+    assert f"`{env_name(field)}`" in DOC
 
 
 @pytest.mark.parametrize("command", ["serve", "say"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import voxserve
-from voxserve.families.piper.model import GapMask, Generator, VitsDims
+from voxserve.models.vits import GapMask, Generator, VitsDims
 from voxserve.families.piper.options import RuntimeOptions
 from voxserve.families.piper.transforms import TILE_FRAMES, tile_decoder
 

@@ -16,7 +16,7 @@ from gpu_tolerances import FP32_WAVE_ATOL, HALF_SNR_DB
 
 import voxserve
 from voxserve.families.piper.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
-from voxserve.families.piper.precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
+from voxserve.models.vits_precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 from voxserve.runtime.offload import DeviceBudget, WeightOffloader, module_bytes
 
 DET = voxserve.DETERMINISTIC

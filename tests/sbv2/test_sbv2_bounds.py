@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 import voxserve  # noqa: E402
 from voxserve import AudioTooLongError, SynthesisOptions  # noqa: E402
-from voxserve.families.piper import model as piper_model  # noqa: E402
+from voxserve.models import vits as piper_model  # noqa: E402
 from voxserve.families.sbv2 import model as sbv2_model  # noqa: E402
 from voxserve.families.sbv2.model import ConditionedEncoder, Sbv2Dims, TransformerCouplingBlock  # noqa: E402
 

@@ -8,7 +8,7 @@ from voxserve.cli import build_parser
 from voxserve.engine import EngineConfig
 from voxserve.engine.scheduler import SchedulerConfig
 from voxserve.limits import Limits
-from voxserve.serve.cli import ServeSettings, settings_from
+from voxserve.serve.settings import ServeSettings, settings_from
 
 
 def parse(*args):

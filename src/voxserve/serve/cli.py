@@ -14,82 +14,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
-import typing
-from dataclasses import dataclass, fields
-from pathlib import Path
+from dataclasses import fields
 
-from ..engine.engine import EngineConfig
-from ..engine.scheduler import SchedulerConfig
-from ..limits import Limits
-from ..voices.registry import DEFAULT_VOICE
-from .config import AppConfig
+from ..errors import VoiceLoadError, VoxserveError
+from ..flags import load_option_args, load_options_from, options_args, options_from
+from .settings import ServeSettings, env_name, scalar_type, settings_from
 
 log = logging.getLogger(__name__)
-_SCHED = SchedulerConfig()
-_APP = AppConfig()
-_ENG = EngineConfig()
-_LIM = Limits()
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    host: str = "127.0.0.1"
-    """Loopback only unless told otherwise."""
-    port: int = 8000
-    voices: tuple[str, ...] = (DEFAULT_VOICE,)
-    """Voices loaded at start (the first is the default); requests may use only these."""
-    device: str = "auto"
-    dtype: str | None = None
-    max_batch_size: int = _SCHED.max_batch_size
-    max_batch_phonemes: int = _SCHED.max_batch_phonemes
-    max_wait_ms: float = _SCHED.max_wait_ms
-    max_starve_ms: float = _SCHED.max_starve_ms
-    """A request waiting this long for its next sentence is served before any priority."""
-    max_queue: int = _SCHED.max_queued_sentences
-    """Sentences queued before new requests get 429."""
-    max_input_chars: int = _APP.max_input_chars
-    max_body_bytes: int = _APP.max_body_bytes
-    max_audio_seconds: float = _LIM.max_audio_seconds
-    """Audio one request may make; a request that would make more is refused (413)."""
-    max_sentence_audio_seconds: float = _LIM.max_sentence_audio_seconds
-    """Audio one sentence may make (413 beyond)."""
-    read_timeout: float = _APP.body_timeout_s
-    """Seconds a client has to send a request's body; its headers get at most 10 s of it."""
-    max_connections: int = _APP.max_connections
-    """Open connections beyond this get 503."""
-    api_key: str | None = None
-    shutdown_timeout: float = _APP.shutdown_timeout_s
-    threads: int | None = None
-    """CPU intra-op threads for the model (None: PyTorch's default)."""
-    executor: str = _ENG.executor
-    """How a CPU runs its batches: auto or serial (EngineConfig.executor)."""
-    max_queue_wait: float = _ENG.max_queue_wait_s
-    """Seconds of work queued ahead of a new request (at the device's observed speed) beyond which it gets 429."""
-    wyoming: str | None = None
-    """Also serve Home Assistant's Wyoming protocol at this URI (tcp://127.0.0.1:10200), same engine."""
-
-    def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(max_batch_size=self.max_batch_size, max_batch_phonemes=self.max_batch_phonemes,
-                               max_wait_ms=self.max_wait_ms, max_starve_ms=self.max_starve_ms,
-                               max_queued_sentences=self.max_queue).validate()
-
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(scheduler=self.scheduler_config(), executor=self.executor,
-                            max_queue_wait_s=self.max_queue_wait).validate()
-
-    def app_config(self) -> AppConfig:
-        if self.read_timeout <= 0 or self.max_connections < 1:
-            raise ValueError("read_timeout must be over 0 s and max_connections at least 1")
-        return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
-                         max_body_bytes=self.max_body_bytes, shutdown_timeout_s=self.shutdown_timeout,
-                         header_timeout_s=min(_APP.header_timeout_s, self.read_timeout),
-                         body_timeout_s=self.read_timeout, max_connections=self.max_connections)
-
-    def limits(self) -> Limits:
-        """The work bound every loaded voice applies."""
-        return Limits(max_audio_seconds=self.max_audio_seconds,
-                      max_sentence_audio_seconds=self.max_sentence_audio_seconds).validate()
 
 
 _HELP = {
@@ -123,43 +54,6 @@ _HELP = {
 }
 
 
-def _env_name(field: str) -> str:
-    return "VOXSERVE_" + field.upper()
-
-
-def _scalar_type(name: str) -> type:
-    """int or float for a numeric setting (its annotation, None aside), else str; flags and
-    environment variables both convert through it."""
-    hint = typing.get_type_hints(ServeSettings)[name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    return args[0] if args[0] in (int, float) else str
-
-
-def _convert(f, raw: str):
-    if f.name == "voices":
-        return tuple(v.strip() for v in raw.split(",") if v.strip())
-    return _scalar_type(f.name)(raw)
-
-
-def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
-    kw = {}
-    for f in fields(ServeSettings):
-        v = getattr(ns, f.name, None)
-        if f.name == "api_key" and v is not None and not v.strip():
-            # an empty flag would otherwise switch authentication off, over VOXSERVE_API_KEY too
-            raise ValueError("--api-key is empty: give a key, or leave the flag out (VOXSERVE_API_KEY applies)")
-        if v is not None and v != []:
-            kw[f.name] = tuple(v) if f.name == "voices" else v
-            continue
-        raw = environ.get(_env_name(f.name))
-        if raw:
-            try:
-                kw[f.name] = _convert(f, raw)
-            except ValueError:
-                raise ValueError(f"environment variable {_env_name(f.name)}={raw!r} is not a valid {f.name}") from None
-    return ServeSettings(**kw)
-
-
 def _settings_args(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
     """A flag for each ServeSettings field (those in `names`, else all)."""
     for f in fields(ServeSettings):
@@ -167,11 +61,11 @@ def _settings_args(p: argparse.ArgumentParser, names: tuple[str, ...] | None = N
             continue
         flag = "--voice" if f.name == "voices" else "--" + f.name.replace("_", "-")
         default_shown = ",".join(f.default) if isinstance(f.default, tuple) else f.default
-        help_ = f"{_HELP.get(f.name, '')} [env {_env_name(f.name)}; default {default_shown}]"
+        help_ = f"{_HELP.get(f.name, '')} [env {env_name(f.name)}; default {default_shown}]"
         if f.name == "voices":
             p.add_argument(flag, dest="voices", action="append", default=None, help=help_)
         else:
-            p.add_argument(flag, dest=f.name, type=_scalar_type(f.name), default=None, help=help_)
+            p.add_argument(flag, dest=f.name, type=scalar_type(f.name), default=None, help=help_)
 
 
 def add_parser(sub) -> None:
@@ -179,8 +73,6 @@ def add_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _settings_args(p)
     p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
-    from ..cli import load_option_args
-
     load_option_args(p)
     p.add_argument("--ray", action="store_true",
                    help="run on Ray Serve on this machine: one engine per replica (needs voxserve[ray])")
@@ -193,8 +85,6 @@ def add_parser(sub) -> None:
 
 
 def _add_ray_config_parser(sub) -> None:
-    from ..cli import load_option_args
-
     r = sub.add_parser("ray-config", help="write a Ray Serve config file (serve deploy) for these settings",
                        description="Prints a Serve config for `serve deploy` with the flags of `voxserve serve`.")
     _settings_args(r)
@@ -205,14 +95,14 @@ def _add_ray_config_parser(sub) -> None:
 
 
 def _ray(command: str, ns: argparse.Namespace) -> int:
-    """A command of voxserve.ray_serve, imported only when asked for (Ray is an extra)."""
+    """A command of voxserve.serve.ray, imported only when asked for (Ray is an extra)."""
     try:
-        from .. import ray_serve
+        from . import ray
     except ModuleNotFoundError as e:
         if e.name != "ray" and not (e.name or "").startswith("ray."):
             raise
         raise ValueError("Ray Serve is not installed: pip install 'voxserve[ray]'") from None
-    return getattr(ray_serve, command)(ns)
+    return getattr(ray, command)(ns)
 
 
 # the settings of `voxserve serve` that `voxserve wyoming` has too (no HTTP, no API key)
@@ -223,8 +113,6 @@ _WYOMING_SETTINGS = ("voices", "device", "dtype", "max_batch_size", "max_batch_p
 
 
 def _add_wyoming_parser(sub) -> None:
-    from ..cli import load_option_args, options_args
-
     p = sub.add_parser("wyoming", help="run a Wyoming server (Home Assistant text to speech)",
                        description="Serve Home Assistant's Wyoming protocol (describe, synthesize, streamed "
                                    "synthesis) over the engine. Settings as for `voxserve serve`; the synthesis "
@@ -246,8 +134,6 @@ def _wyoming_module():
     except ModuleNotFoundError as e:
         if e.name != "wyoming":
             raise
-        from ..errors import VoxserveError
-
         raise VoxserveError("the Wyoming server needs the wyoming package: pip install 'voxserve[wyoming]'") from None
     return wyoming
 
@@ -266,8 +152,7 @@ def wyoming_config(settings: ServeSettings, uri: str, options=None):
 def cmd_wyoming(ns: argparse.Namespace) -> int:
     import asyncio
 
-    from ..cli import load_options_from, options_from
-    from ..errors import VoiceLoadError
+    from .build import build_engine
 
     wy = _wyoming_module()
     settings = settings_from(ns)
@@ -286,61 +171,6 @@ def cmd_wyoming(ns: argparse.Namespace) -> int:
     return 0
 
 
-_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def parse_voice_spec(spec: str) -> tuple[str | None, str]:
-    """`NAME=SOURCE` -> (NAME, SOURCE); anything else -> (None, spec). NAME is letters, digits,
-    '.', '_' and '-' (so a path holding '=' after a '/' or ':' stays a path)."""
-    name, sep, source = spec.partition("=")
-    if sep and source and _VOICE_NAME.fullmatch(name):
-        return name, source
-    return None, spec
-
-
-def load_voices(settings: ServeSettings, family_options: dict | None = None) -> dict:
-    """The voices to serve, by the name requests use. A voice loaded from a path (PREFIX:PATH
-    such as bark:DIR, a Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
-    registered in this process's registry, so the name resolves to what the server loaded.
-    Two voices with one name are refused (the second would silently replace the first)."""
-    from .. import RuntimeOptions, load_voice
-    from ..families import source_hint
-    from ..voices.registry import check_reserved_name, register_voice, resolve_voice, voice_sources
-
-    runtime = RuntimeOptions(threads=settings.threads) if settings.threads else None
-    family_options = family_options or {}  # e.g. bert_dir (voxserve.families.load_options)
-    voices: dict = {}
-    origin: dict[str, str] = {}
-    for spec in settings.voices:
-        name, source = parse_voice_spec(spec)
-        from_path = source not in voice_sources()
-        if from_path and (hint := source_hint(Path(source))):  # e.g. a Bark directory without its prefix
-            raise ValueError(hint)
-        src = resolve_voice(source)  # the operator's command line: paths allowed here
-        v = load_voice(source, device=settings.device, dtype=settings.dtype, runtime=runtime,
-                       limits=settings.limits(), **family_options)
-        if name is not None:
-            v.name = name
-        try:
-            check_reserved_name(v.name)
-        except ValueError as e:
-            raise ValueError(f"--voice {spec}: {e} (--voice OTHER_NAME={source})") from None
-        if v.name in voices:
-            raise ValueError(f"two voices are named {v.name!r} ({origin[v.name]} and {spec}): "
-                             f"name one with --voice OTHER_NAME={source}")
-        if name is not None or from_path:
-            register_voice(v.name, src.path, src.config_path, family=src.family)
-        voices[v.name] = v
-        origin[v.name] = spec
-    return voices
-
-
-def build_engine(settings: ServeSettings, family_options: dict | None = None):
-    from ..engine import Engine
-
-    return Engine(load_voices(settings, family_options), settings.engine_config())
-
-
 def _allocator(ns: argparse.Namespace) -> None:
     """Validate VOXSERVE_ALLOCATOR, and restart with jemalloc when that applies (once the
     flags are known to be good, so a bad one fails at once)."""
@@ -354,8 +184,8 @@ def _allocator(ns: argparse.Namespace) -> None:
 def cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..errors import VoiceLoadError
     from .app import create_app, http_protocol
+    from .build import build_engine
 
     if getattr(ns, "ray", False):
         return _ray("cmd_serve_ray", ns)
@@ -368,8 +198,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     app_config = settings.app_config()
     wyoming = wyoming_config(settings, settings.wyoming) if settings.wyoming else None
     try:
-        from ..cli import load_options_from
-
         engine = build_engine(settings, load_options_from(ns))
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag

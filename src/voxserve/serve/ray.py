@@ -18,11 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
 from dataclasses import asdict, dataclass, replace
 
+import ray
+import yaml
 from ray import serve
 
-from .serve.cli import ServeSettings
+from ..flags import load_options_from
+from .app import create_app
+from .build import build_engine
+from .ray_proxy import CALLBACK_ENV, PROXY_CALLBACK
+from .settings import ServeSettings, settings_from
 
 APP_NAME = "voxserve"
 DEPLOYMENT = "VoxserveReplica"
@@ -131,8 +139,6 @@ class VoxserveReplica:
     engine) starts the engine and warms its voices in its lifespan, as under uvicorn."""
 
     def __init__(self, args: dict):
-        from .serve.cli import build_engine
-
         self.settings, family_options, self.warmup = settings_from_args(args)
         if self.settings.api_key is None and os.environ.get(API_KEY_ENV):
             self.settings = replace(self.settings, api_key=os.environ[API_KEY_ENV])
@@ -143,8 +149,6 @@ class VoxserveReplica:
         self.checked = False
 
     def __serve_build_asgi_app__(self):
-        from .serve.app import create_app
-
         config = self.settings.app_config()
         if not self.warmup:
             config = replace(config, warmup=False)
@@ -195,9 +199,6 @@ def build_app(args: dict):
 
 # ----------------------------------------------------------------------------- commands
 def _from_cli(ns) -> tuple[ServeSettings, tuple[int, int], dict, bool]:
-    from .cli import load_options_from
-    from .serve.cli import settings_from
-
     settings = settings_from(ns)
     if settings.wyoming:
         raise ValueError("--wyoming is not served on Ray: run `voxserve wyoming` beside it")
@@ -222,7 +223,7 @@ def serve_config(settings: ServeSettings, replicas: tuple[int, int], family_opti
         "applications": [{
             "name": APP_NAME,
             "route_prefix": "/",
-            "import_path": "voxserve.ray_serve:build_app",
+            "import_path": "voxserve.serve.ray:build_app",
             "args": app_args(settings, replicas, family_options, warmup),
             "deployments": [{"name": DEPLOYMENT, **plan.deployment_options(settings)}],
         }],
@@ -230,10 +231,6 @@ def serve_config(settings: ServeSettings, replicas: tuple[int, int], family_opti
 
 
 def cmd_ray_config(ns) -> int:
-    import yaml
-
-    from .ray_proxy import CALLBACK_ENV, PROXY_CALLBACK
-
     settings, replicas, family_options, warmup = _from_cli(ns)
     print(f"# voxserve on Ray Serve: `serve deploy` this file. Start every node's Ray with\n"
           f"# {CALLBACK_ENV}={PROXY_CALLBACK} in its environment (a request whose\n"
@@ -243,13 +240,6 @@ def cmd_ray_config(ns) -> int:
 
 
 def cmd_serve_ray(ns) -> int:
-    import signal
-    import threading
-
-    import ray
-
-    from .ray_proxy import CALLBACK_ENV, PROXY_CALLBACK
-
     settings, replicas, family_options, warmup = _from_cli(ns)
     if settings.api_key:  # the replicas Ray starts inherit it, as on a cluster
         os.environ[API_KEY_ENV] = settings.api_key

@@ -20,7 +20,7 @@ from starlette.middleware import Middleware
 
 log = logging.getLogger(__name__)
 
-PROXY_CALLBACK = "voxserve.ray_proxy:proxy_middlewares"
+PROXY_CALLBACK = "voxserve.serve.ray_proxy:proxy_middlewares"
 CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 REPLAY_BYTES = 1 << 20
 """Request bodies kept for a retry (the server's default body bound); a larger one is passed

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from ...voices.registry import VoiceSource
-from .. import Family, register_family
+from .. import Family, VoiceSource, register_family
 
 NAME = "cosyvoice2"
 LANGUAGE_CODES = ("zh", "en", "ja", "ko", "yue")

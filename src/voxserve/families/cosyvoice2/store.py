@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from ...voices.registry import VoiceSource
+from .. import VoiceSource
 
 FORMAT = "voxserve-cosyvoice2-voice"
 SUFFIX = ".cosyvoice2"

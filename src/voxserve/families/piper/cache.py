@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .model import VitsDims
+from ...models.vits import VitsDims
 
 log = logging.getLogger(__name__)
 CONVERTER_VERSION = "1"

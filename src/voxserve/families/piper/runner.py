@@ -44,7 +44,7 @@ from ...runtime.offload import ResidentWeights, WeightOffloader
 from ...runtime.sync import host_read, upload
 from .buckets import decode_bucket, geometric_bucket
 from .cuda_graphs import GraphedStages
-from .model import GapMask, VitsDims, VitsModel
+from ...models.vits import GapMask, VitsDims, VitsModel
 from .options import RuntimeOptions
 from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from ...errors import VoiceLoadError
 from ...langcodes import tag
-from ...voices.registry import VoiceSource
-from .. import Family, LoadOption, register_family
+from .. import Family, LoadOption, VoiceSource, register_family
 
 NAME = "sbv2"
 BERT_DIR_ENV = "VOXSERVE_SBV2_BERT_DIR"

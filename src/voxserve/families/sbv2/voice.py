@@ -28,7 +28,7 @@ from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
 from ...voice import Piece, SharedComponent, Unit, Voice, limited, sentence_seed
 from . import BERT_DIR_ENV, FRONTEND_LANGUAGES, language_codes
-from ..piper.precision import PrecisionPolicy, apply_precision
+from ...models.vits_precision import PrecisionPolicy, apply_precision
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
 from .loader import Sbv2Checkpoint, load_sbv2_checkpoint, style_vector
 from .text import UnsupportedLanguageError, check_language, sentence_text
