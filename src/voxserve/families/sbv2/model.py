@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...runtime import attention
 from ...models.vits import (
     DurationPredictor,
     Encoder,
@@ -50,6 +49,7 @@ from ...models.vits import (
     dtype_of,
     sequence_mask,
 )
+from ...runtime import attention
 
 BERT_DIM = 1024  # hard-coded in SBV2 (its BERT projections are Conv1d(1024, H, 1))
 STYLE_DIM = 256  # hard-coded in SBV2 (style_proj is Linear(256, H))
