@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import voxserve
-from voxserve.models.vits import GapMask, Generator, VitsDims
 from voxserve.families.piper.options import RuntimeOptions
 from voxserve.families.piper.transforms import TILE_FRAMES, tile_decoder
+from voxserve.models.vits import GapMask, Generator, VitsDims
 
 DIMS = {
     "2": VitsDims(n_vocab=10, inter_channels=12, upsample_initial_channel=32, upsample_rates=(8, 8, 4),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
 from ..errors import UnknownVoiceError, VoiceLoadError
 from ..families import (
     VoiceSource,
@@ -83,8 +85,6 @@ def register_voice(name: str, path: str | Path, config_path: str | Path | None =
 
 def user_voice_dir() -> Path:
     """The user's voice folder (searched after $VOXSERVE_VOICES_PATH): where saved voices go."""
-    import platformdirs
-
     return Path(platformdirs.user_data_dir("voxserve")) / "voices"
 
 
