@@ -246,3 +246,17 @@ def test_the_reading_sees_a_loop_through_a_function_local_import(tmp_path, monke
     assert Import("voxserve.b", "voxserve.a", 2, True) in imports
     assert not [i for i in imports if i.module == "voxserve.c" and i.target == "voxserve.a"]
     assert cycles(_internal_edges(imports)) == [["voxserve.a", "voxserve.b"]]
+
+
+def test_the_product_never_imports_the_laboratory():
+    """benchmarks/ (the harness, the families' suites) is a developer's checkout only: no module
+    of the package imports from it or puts it on sys.path."""
+    lab = {p.stem for p in (SRC.parent / "benchmarks").glob("*.py")} | {
+        p.name for p in (SRC.parent / "benchmarks").iterdir() if (p / "__init__.py").is_file()}
+    assert lab, "benchmarks/ not found"
+    found = [f"{i.module}, line {i.line}: imports {i.target}" for i in read_imports() if i.target in lab]
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+                found.append(f"{module}, line {node.lineno}: changes or reads sys.path")
+    assert not found, "\n".join(found)

@@ -11,8 +11,10 @@ import os
 import sys
 from pathlib import Path
 
+from . import bench, loadtest
 from .flags import load_option_args, load_options_from, options_args, options_from
 from .limits import Limits
+from .serve import cli as serve_cli
 
 EXIT_USAGE = 2  # bad input (argparse uses 2 as well)
 EXIT_ERROR = 1
@@ -209,13 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "folder, ~/.local/share/voxserve/voices)")
     add.set_defaults(func=cmd_voices_add)
 
-    for mod in ("serve.cli", "bench", "loadtest"):
-        try:
-            module = __import__(f"voxserve.{mod}", fromlist=["add_parser"])
-        except ModuleNotFoundError as e:
-            if e.name != f"voxserve.{mod}" and not f"voxserve.{mod}".startswith(f"{e.name}."):
-                raise
-            continue
+    for module in (serve_cli, bench, loadtest):
         module.add_parser(sub)
     return p
 
