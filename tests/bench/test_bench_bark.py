@@ -13,10 +13,19 @@ import math
 from pathlib import Path
 
 import pytest
-
+from bench_bark import (
+    BASE,
+    CONFIGS,
+    BarkArm,
+    BarkBenchSettings,
+    BarkSuite,
+    bark_arms,
+    build_parser,
+    main,
+    model_settings,
+)
 from harness import BenchSettings, render_markdown, run_bench, settings_from, validate_result
 from harness.arms import ENGINES
-from bench_bark import BASE, CONFIGS, BarkArm, BarkBenchSettings, BarkSuite, bark_arms, build_parser, main, model_settings
 from harness.core import plan
 from harness.suites import SUITES
 

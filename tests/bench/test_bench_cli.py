@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from harness import BenchSettings, build_parser, main, settings_from
 from harness.core import QUICK
 
@@ -88,6 +87,7 @@ def test_quick_skips_bf16_on_a_cpu_that_emulates_it(tiny_voice_path, monkeypatch
     skipped with the reason (it took most of a 5-minute --quick on an AVX2 EPYC); the full run,
     and a CPU with native bf16, keep it."""
     from harness import core
+
     from voxserve.runtime import device
 
     monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: native)

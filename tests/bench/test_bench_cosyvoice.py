@@ -11,7 +11,6 @@ import copy
 import sys
 
 import pytest
-
 from harness import BenchSettings, render_markdown, run_bench, validate_result
 from harness.suites import SUITES, checkout_suites, find_suite
 

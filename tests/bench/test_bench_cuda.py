@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from harness import BenchSettings, render_markdown, run_bench, validate_result
 from harness.arms import CUDA_ARMS, runtime_fields
 

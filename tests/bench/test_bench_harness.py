@@ -9,7 +9,6 @@ import json
 import math
 
 import pytest
-
 from harness import (
     ArmSpec,
     BenchSettings,

@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-
 from harness import ArmSpec, BenchSettings, register_engine, run_bench, validate_result
 from harness.arms import ENGINES, Arm
 from harness.corpus import load_corpus, stream_selection

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from harness import BenchSettings, render_markdown, run_bench, validate_result
 from harness.arms import ENGINES
 from harness.core import plan
