@@ -1,11 +1,11 @@
-"""A Bark suite for the `voxserve bench` harness, over random-weight models (bark_random.py):
+"""A Bark suite for the bench harness (benchmarks/harness), over random-weight models (bark_random.py):
 a developer's A/B of Bark's configurations, so it lives here, not in the product.
 
     python benchmarks/bench_bark.py --suites bark                          # Bark alone
     python benchmarks/bench_bark.py --suites batching,configs,stream,bark  # next to the VITS suites
     python benchmarks/bench_bark.py --suites bark --device cuda --bark-size small --bark-tokens 256
 
-It takes every `voxserve bench` flag, plus --bark-size, --bark-tokens and --bark-runs.
+It takes every flag of benchmarks/bench.py, plus --bark-size, --bark-tokens and --bark-runs.
 
 Configurations (one row each, at every --batches size): base = fp32 + transformers' eager
 attention (the reference path), SDPA, FP16, SDPA + FP16, CPU offload + FP16 (SDPA). The FP16 and
@@ -31,11 +31,11 @@ import copy
 import dataclasses
 from typing import Any
 
-from voxserve.bench import BenchSettings, add_parser, cmd_bench
-from voxserve.bench.arms import OK, ArmSpec, VoxserveArm, _torch_cuda, default_threads, register_engine
-from voxserve.bench.measure import Task
-from voxserve.bench.report import _need, check_batch_row, fmb, fs, fx, table
-from voxserve.bench.suites import ConfigsSuite, Suite, mem_ratio, ratio, register_suite, timing
+from harness import BenchSettings, add_parser, cmd_bench
+from harness.arms import OK, ArmSpec, VoxserveArm, _torch_cuda, default_threads, register_engine
+from harness.measure import Task
+from harness.report import _need, check_batch_row, fmb, fs, fx, table
+from harness.suites import ConfigsSuite, Suite, mem_ratio, ratio, register_suite, timing
 
 ENGINE = "bark"
 BASE = "bark-base"
@@ -372,7 +372,7 @@ class BarkBenchSettings(BenchSettings):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`voxserve bench`'s flags (under its "bench" subcommand), the Bark ones added."""
+    """The harness's flags (under its "bench" subcommand), the Bark ones added."""
     top = argparse.ArgumentParser(prog="bench_bark.py")
     sub = top.add_subparsers(dest="command")
     p = add_parser(sub)
@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """argv: `voxserve bench`'s flags (a leading "bench" is optional)."""
+    """argv: the harness's flags (a leading "bench" is optional)."""
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)

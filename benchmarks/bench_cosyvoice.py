@@ -1,10 +1,10 @@
-"""A CosyVoice 2 suite for the `voxserve bench` harness: the Triton recipe's table (streaming
+"""A CosyVoice 2 suite for the bench harness (benchmarks/harness): the Triton recipe's table (streaming
 first chunk and RTF at concurrency 1 / 2 / 4 / 8) and offline RTF at batch 16, voxserve side by
 side with the reference runtime's own pipeline on the same random weights, in the same run.
 
-    voxserve bench --suites cosyvoice                          # CPU: the `small` model
-    voxserve bench --suites cosyvoice --device cuda --runs 3   # what scripts/gpu-check runs (`real`)
-    voxserve bench --suites cosyvoice --quick                  # the tests' tiny dims (harness check)
+    python benchmarks/bench.py --suites cosyvoice                          # CPU: the `small` model
+    python benchmarks/bench.py --suites cosyvoice --device cuda --runs 3   # what scripts/gpu-check runs (`real`)
+    python benchmarks/bench.py --suites cosyvoice --quick                  # the tests' tiny dims (harness check)
     python benchmarks/bench_cosyvoice.py --suites cosyvoice --json cv.json
 
 No CosyVoice weights can be downloaded here, so the model folder is built once, in the official
@@ -50,10 +50,10 @@ for _p in (FIX, ROOT / "tests" / "cosyvoice2"):
 
 import numpy as np  # noqa: E402
 
-from voxserve.bench import add_parser, cmd_bench  # noqa: E402
-from voxserve.bench.arms import default_threads  # noqa: E402
-from voxserve.bench.report import _need, fs, fx, table  # noqa: E402
-from voxserve.bench.suites import Suite, ratio, register_suite, stat  # noqa: E402
+from harness import add_parser, cmd_bench  # noqa: E402
+from harness.arms import default_threads  # noqa: E402
+from harness.report import _need, fs, fx, table  # noqa: E402
+from harness.suites import Suite, ratio, register_suite, stat  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8)
 OFFLINE_BATCH = 16
@@ -460,7 +460,7 @@ class CosyVoiceSuite(Suite):
 
 # ---------------------------------------------------------------------------- the command
 def main(argv: list[str] | None = None) -> int:
-    """`voxserve bench`'s flags (a leading "bench" is optional)."""
+    """The harness's flags (a leading "bench" is optional)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="bench_cosyvoice.py")
     add_parser(top.add_subparsers(dest="command"))

@@ -1,8 +1,8 @@
-"""A developer's A/B for the `voxserve bench` harness: the Piper family's CPU speed features
+"""A developer's A/B for the bench harness (benchmarks/harness): the Piper family's CPU speed features
 switched off one at a time, and all of them at once, next to the defaults and Piper.
 
-    voxserve bench --suites cpu_features                    # from a source checkout, CPU only
-    voxserve bench --suites configs,cpu_features --batches 1,8
+    python benchmarks/bench.py --suites cpu_features                    # from a source checkout, CPU only
+    python benchmarks/bench.py --suites configs,cpu_features --batches 1,8
 
 Each row is voxserve's Piper voice with one RuntimeOptions field changed, measured as the
 configurations suite measures its rows (one `run_units` batch of the same sentences at every
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import sys
 
-from voxserve.bench.arms import ArmSpec
-from voxserve.bench.report import _configs, check_batch_row
-from voxserve.bench.suites import ConfigsSuite, register_suite
+from harness.arms import ArmSpec
+from harness.report import _configs, check_batch_row
+from harness.suites import ConfigsSuite, register_suite
 
 NAME = "cpu_features"
 ALL_OFF = {"cpu_channels_last": False, "cpu_gemm_convs": False, "decode_layout": "padded", "fold_average": False,
@@ -61,7 +61,7 @@ class CpuFeaturesSuite(ConfigsSuite):
 if __name__ == "__main__":
     import argparse
 
-    from voxserve.bench import add_parser, cmd_bench
+    from harness import add_parser, cmd_bench
 
     import bench_cpu_features  # noqa: F401  registered under its module name, which the memory probe's child imports
 

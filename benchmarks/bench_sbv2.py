@@ -1,8 +1,8 @@
-"""A Style-Bert-VITS2 suite for the `voxserve bench` harness: HayaKoe's BERT table, whole-text
+"""A Style-Bert-VITS2 suite for the bench harness (benchmarks/harness): HayaKoe's BERT table, whole-text
 synthesis and BERT batched across concurrent requests, on random weights of the real sizes.
 
-    voxserve bench --suites sbv2                         # from a source checkout (CPU or CUDA)
-    voxserve bench --suites sbv2 --device cuda --runs 3  # what scripts/gpu-check runs
+    python benchmarks/bench.py --suites sbv2                         # from a source checkout (CPU or CUDA)
+    python benchmarks/bench.py --suites sbv2 --device cuda --runs 3  # what scripts/gpu-check runs
     python benchmarks/bench_sbv2.py --suites sbv2 --json sbv2.json
 
 The models are built once, through the same loader a user's files go through, into the user
@@ -39,11 +39,11 @@ for _p in (ROOT / "tests" / "sbv2", ROOT / "tests"):  # the fixtures' builders a
 
 import numpy as np  # noqa: E402
 
-from voxserve.bench import add_parser, cmd_bench  # noqa: E402
-from voxserve.bench.arms import ArmSpec, VoxserveArm, default_threads, register_engine  # noqa: E402
-from voxserve.bench.measure import Task  # noqa: E402
-from voxserve.bench.report import _need, fmb, fs, fx, table  # noqa: E402
-from voxserve.bench.suites import Suite, ratio, register_suite, timing  # noqa: E402
+from harness import add_parser, cmd_bench  # noqa: E402
+from harness.arms import ArmSpec, VoxserveArm, default_threads, register_engine  # noqa: E402
+from harness.measure import Task  # noqa: E402
+from harness.report import _need, fmb, fs, fx, table  # noqa: E402
+from harness.suites import Suite, ratio, register_suite, timing  # noqa: E402
 
 ENGINE = "sbv2"
 REQUESTS, SENTENCES_EACH = 4, 4
@@ -333,7 +333,7 @@ class Sbv2Suite(Suite):
 
 # ---------------------------------------------------------------------------- the command
 def main(argv: list[str] | None = None) -> int:
-    """`voxserve bench`'s flags (a leading "bench" is optional)."""
+    """The harness's flags (a leading "bench" is optional)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="bench_sbv2.py")
     add_parser(top.add_subparsers(dest="command"))

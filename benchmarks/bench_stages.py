@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from voxserve.families.piper import model as vits
-from voxserve.bench.corpus import load_corpus
+from harness.corpus import load_corpus
+from voxserve.models import vits as vits
 
 STAGE_METHODS = {"encode": "encode", "flow": "flow_reverse", "decode": "decode"}
 """Stage name -> VitsModel method (encode = text encoder + durations)."""

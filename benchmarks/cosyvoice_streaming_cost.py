@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import bench_cosyvoice as bench
     import voxserve
-    from voxserve.bench.machine import machine_info
+    from harness.machine import machine_info
 
     voice = voxserve.load_voice(f"cosyvoice2:{bench.model_folder(args.size)}", device=args.device)
     model = voice.model

@@ -13,9 +13,16 @@ import numpy as np
 import pytest
 
 import voxserve
-from voxserve.families import Family, families, family_for_path, register_family, unregister_family
+from voxserve.families import (
+    Family,
+    VoiceSource,
+    families,
+    family_for_path,
+    register_family,
+    unregister_family,
+)
 from voxserve.voice import Unit, Voice
-from voxserve.voices.registry import VoiceSource, resolve_voice
+from voxserve.voices.registry import resolve_voice
 
 SRC = Path(voxserve.__file__).parent
 

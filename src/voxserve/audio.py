@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import math
+import os
+import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,8 +223,6 @@ class StreamingResampler:
 
     def __init__(self, in_rate: int, out_rate: int, half_width: int = 16, rolloff: float = 0.94,
                  beta: float = 8.6):
-        import math
-
         if in_rate <= 0 or out_rate <= 0:
             raise ValueError("sample rates must be positive")
         g = math.gcd(in_rate, out_rate)
@@ -295,8 +296,6 @@ STREAM_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 def wav_header(sample_rate: int, n_samples: int | None = None, channels: int = 1, bits: int = 16) -> bytes:
     """The 44-byte header of a PCM WAV file of `n_samples` frames; None = a stream of unknown
     length (sizes set to the maximum, as ffmpeg does). Every WAV voxserve writes starts with it."""
-    import struct
-
     block = channels * bits // 8
     if n_samples is None:
         riff = data = 0xFFFFFFFF
@@ -369,7 +368,6 @@ class _SndfileEncoder(StreamEncoder):
 
     def __init__(self, sample_rate: int, fmt: str):
         import fcntl
-        import os
 
         import soundfile as sf
 
@@ -399,8 +397,6 @@ class _SndfileEncoder(StreamEncoder):
         self._closed = False
 
     def _drain(self) -> bytes:
-        import os
-
         out = bytearray()
         while True:
             try:
@@ -423,8 +419,6 @@ class _SndfileEncoder(StreamEncoder):
         return bytes(out)
 
     def close(self) -> bytes:
-        import os
-
         if self._closed:
             return b""
         self._closed = True
@@ -445,8 +439,6 @@ class _SndfileEncoder(StreamEncoder):
 
     def __del__(self):  # an abandoned response must not leak two file descriptors
         if not getattr(self, "_closed", True):
-            import os
-
             self._closed = True
             for fd in (self._wfd, self._rfd):
                 try:

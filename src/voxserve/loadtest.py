@@ -18,6 +18,7 @@ import http.client
 import io
 import ipaddress
 import json
+import random
 import socket
 import sys
 import threading
@@ -86,8 +87,6 @@ def request_order(n_rows: int, seed: int = 0) -> list[int]:
     """The texts of requests 0, 1, 2, ...: a fixed shuffle of the rows, repeated. Request n gets
     row order[n % n_rows] whichever client sends it, so two runs of the same count (against two
     servers) send the same texts, and client timing cannot change the mix."""
-    import random
-
     order = list(range(n_rows))
     random.Random(seed).shuffle(order)
     return order

@@ -483,7 +483,8 @@ def test_client_disconnect_stops_bark_work(served, bark_voice):
 
 
 def test_serve_refuses_two_voices_with_one_name(tiny_bark_dir, monkeypatch):
-    from voxserve.serve.cli import ServeSettings, load_voices, parse_voice_spec
+    from voxserve.serve.build import load_voices, parse_voice_spec
+    from voxserve.serve.settings import ServeSettings
     from voxserve.voices import registry
 
     monkeypatch.setattr(registry, "_registered", {})  # load_voices registers names process-wide

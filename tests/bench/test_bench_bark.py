@@ -13,12 +13,21 @@ import math
 from pathlib import Path
 
 import pytest
-
-from voxserve.bench import BenchSettings, render_markdown, run_bench, settings_from, validate_result
-from voxserve.bench.arms import ENGINES
-from bench_bark import BASE, CONFIGS, BarkArm, BarkBenchSettings, BarkSuite, bark_arms, build_parser, main, model_settings
-from voxserve.bench.core import plan
-from voxserve.bench.suites import SUITES
+from bench_bark import (
+    BASE,
+    CONFIGS,
+    BarkArm,
+    BarkBenchSettings,
+    BarkSuite,
+    bark_arms,
+    build_parser,
+    main,
+    model_settings,
+)
+from harness import BenchSettings, render_markdown, run_bench, settings_from, validate_result
+from harness.arms import ENGINES
+from harness.core import plan
+from harness.suites import SUITES
 
 TOKENS = 4  # semantic tokens a sentence: 6 coarse frames, 0.08 s of audio
 CUDA_ONLY = {c.name for c in CONFIGS if c.cuda_only}
@@ -172,7 +181,7 @@ def test_markdown_table(bark_result):
 
 
 def test_schema_check_covers_the_bark_section(bark_result):
-    from voxserve.bench import SchemaError
+    from harness import SchemaError
 
     bad = copy.deepcopy(bark_result)
     bad["suites"]["bark"]["rows"][0]["latency_s"]["median"] = -1.0
@@ -187,9 +196,9 @@ def test_schema_check_covers_the_bark_section(bark_result):
 def test_unmeasured_rows_keep_their_reason(bark_result):
     """A row that did not run (here: made unavailable after the fact) renders with its reason and
     leaves the others' ratios alone; without a base row there are no ratios."""
-    from voxserve.bench.arms import Sentence
-    from voxserve.bench.measure import Sample
-    from voxserve.bench.suites import Context, Results
+    from harness.arms import Sentence
+    from harness.measure import Sample
+    from harness.suites import Context, Results
 
     settings = bark_settings("unused")
     pool = [Sentence(0, i, f"sentence {i}.", (1,) * (i + 1)) for i in range(2)]
@@ -213,8 +222,8 @@ def test_unmeasured_rows_keep_their_reason(bark_result):
 def test_cpu_peak_memory_from_a_child_process(tiny_voice_path):
     """The harness's CPU memory probe builds a Bark row in a fresh process (the engine is
     registered there too) and reports that process's peak RSS."""
-    from voxserve.bench.arms import Sentence
-    from voxserve.bench.measure import Task, probe_request, run_probe
+    from harness.arms import Sentence
+    from harness.measure import Task, probe_request, run_probe
 
     spec = bark_arms(bark_settings(tiny_voice_path), "cpu")[1]
     pool = [Sentence(0, 0, "Hello there.", (1, 2, 3))]

@@ -1,14 +1,12 @@
-"""`voxserve bench` on the command line: options, dry run, rendering a saved result into files."""
+"""The bench harness on the command line (benchmarks/bench.py): options, dry run, rendering a saved result into files."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from voxserve.bench import BenchSettings, settings_from
-from voxserve.bench.core import QUICK
-from voxserve.cli import build_parser, main
+from harness import BenchSettings, build_parser, main, settings_from
+from harness.core import QUICK
 
 
 def parse(*args):
@@ -88,7 +86,8 @@ def test_quick_skips_bf16_on_a_cpu_that_emulates_it(tiny_voice_path, monkeypatch
     """--quick measures what this CPU runs natively: without AVX512-BF16/AMX the bf16 arm is
     skipped with the reason (it took most of a 5-minute --quick on an AVX2 EPYC); the full run,
     and a CPU with native bf16, keep it."""
-    from voxserve.bench import core
+    from harness import core
+
     from voxserve.runtime import device
 
     monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: native)

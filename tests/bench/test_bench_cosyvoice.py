@@ -11,9 +11,8 @@ import copy
 import sys
 
 import pytest
-
-from voxserve.bench import BenchSettings, render_markdown, run_bench, validate_result
-from voxserve.bench.suites import SUITES, checkout_suites, find_suite
+from harness import BenchSettings, render_markdown, run_bench, validate_result
+from harness.suites import SUITES, checkout_suites, find_suite
 
 pytest.importorskip("transformers")
 

@@ -1,12 +1,12 @@
 """The CPU-features A/B (benchmarks/bench_cpu_features.py): not in the product's table, found by
-`voxserve bench --suites cpu_features` in a checkout, run next to vox-cpu and piper-cpu."""
+`python benchmarks/bench.py --suites cpu_features`, run next to vox-cpu and piper-cpu."""
 
 from __future__ import annotations
 
-from voxserve.bench import BenchSettings, render_markdown, run_bench, validate_result
-from voxserve.bench.arms import CPU_ARMS
-from voxserve.bench.core import plan
-from voxserve.bench.suites import find_suite
+from harness import BenchSettings, render_markdown, run_bench, validate_result
+from harness.arms import CPU_ARMS
+from harness.core import plan
+from harness.suites import find_suite
 
 FEATURE_ROWS = {"vox-cpu-nocl", "vox-cpu-padded", "vox-cpu-nogemm", "vox-cpu-nofold", "vox-cpu-skew",
                 "vox-cpu-plain"}

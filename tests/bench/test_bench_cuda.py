@@ -1,11 +1,10 @@
-"""`voxserve bench` on a CUDA GPU (skipped without one; scripts/gpu-check runs these)."""
+"""The bench harness on a CUDA GPU (skipped without one; scripts/gpu-check runs these)."""
 
 from __future__ import annotations
 
 import pytest
-
-from voxserve.bench import BenchSettings, render_markdown, run_bench, validate_result
-from voxserve.bench.arms import CUDA_ARMS, runtime_fields
+from harness import BenchSettings, render_markdown, run_bench, validate_result
+from harness.arms import CUDA_ARMS, runtime_fields
 
 pytestmark = pytest.mark.cuda
 

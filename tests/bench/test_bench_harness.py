@@ -1,4 +1,4 @@
-"""`voxserve bench` itself: a tiny real run on the tiny voice, the JSON shape, the ratios, the
+"""The bench harness itself: a tiny real run on the tiny voice, the JSON shape, the ratios, the
 report and the plots. No timing thresholds: the figures' values are not tested, only that they
 are measured, consistent with their runs, and compared with the reference correctly."""
 
@@ -9,18 +9,17 @@ import json
 import math
 
 import pytest
-
-from voxserve.bench import (
+from harness import (
     ArmSpec,
     BenchSettings,
     SchemaError,
+    main,
     render_markdown,
     run_bench,
     validate_result,
     write_plots,
 )
-from voxserve.bench.arms import CPU_ARMS, CUDA_ARMS, availability, runtime_fields
-from voxserve.cli import main
+from harness.arms import CPU_ARMS, CUDA_ARMS, availability, runtime_fields
 
 # one tiny real run shared by this module's tests (a conftest.py here would shadow other
 # directories' `from conftest import ...`)

@@ -7,13 +7,12 @@ import time
 
 import numpy as np
 import pytest
-
-from voxserve.bench import ArmSpec, BenchSettings, register_engine, run_bench, validate_result
-from voxserve.bench.arms import ENGINES, Arm
-from voxserve.bench.corpus import load_corpus, stream_selection
-from voxserve.bench.measure import Sample, stat
-from voxserve.bench.report import render_markdown, write_markdown_section
-from voxserve.bench.suites import mem_ratio, timing
+from harness import ArmSpec, BenchSettings, register_engine, run_bench, validate_result
+from harness.arms import ENGINES, Arm
+from harness.corpus import load_corpus, stream_selection
+from harness.measure import Sample, stat
+from harness.report import render_markdown, write_markdown_section
+from harness.suites import mem_ratio, timing
 
 
 # ---------------------------------------------------------------------------- corpus
@@ -153,7 +152,7 @@ def test_a_failing_configuration_loses_nothing_else(fake_engine, tiny_voice_path
 
 
 def test_time_budget_interrupts_a_hanging_configuration(fake_engine, tiny_voice_path, monkeypatch):
-    from voxserve.bench import core
+    from harness import core
 
     # one arm after another, as on CUDA (the fake arms need no GPU)
     monkeypatch.setattr(core, "resolve_device", lambda device: "cuda")
@@ -185,9 +184,9 @@ def test_time_budget_interrupts_a_hanging_configuration(fake_engine, tiny_voice_
 
 def test_a_new_suite_plugs_in_with_its_own_engine_tables_and_plots(fake_engine, tiny_voice_path, tmp_path):
     """The extension point another model family (Bark) uses: engine + suite + renderer + plot."""
-    from voxserve.bench import write_plots
-    from voxserve.bench.measure import Task
-    from voxserve.bench.suites import SUITES, Suite, register_suite, timing
+    from harness import write_plots
+    from harness.measure import Task
+    from harness.suites import SUITES, Suite, register_suite, timing
 
     @register_suite
     class ExtraSuite(Suite):
@@ -241,9 +240,9 @@ def test_a_new_suite_plugs_in_with_its_own_engine_tables_and_plots(fake_engine, 
 def test_every_run_draws_new_noise(tiny_voice_path):
     """Fixed inputs would let the warm-up create every timed shape's kernels: a server never
     sees that. Each run gets its own seed; the same benchmark gets the same seeds."""
-    from voxserve.bench.arms import CPU_ARMS, build_pool, make_arm
-    from voxserve.bench.core import run_seed
-    from voxserve.bench.corpus import load_corpus, pool_texts
+    from harness.arms import CPU_ARMS, build_pool, make_arm
+    from harness.core import run_seed
+    from harness.corpus import load_corpus, pool_texts
 
     seeds = {run_seed(1234, r, arm, ("batch", (0, 1), None)) for r in range(6) for arm in ("a", "b")}
     assert len(seeds) == 12 and run_seed(1234, 0, "a", ()) == run_seed(1234, 0, "a", ())

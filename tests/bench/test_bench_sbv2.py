@@ -1,5 +1,5 @@
-"""The SBV2 suite of the bench harness (benchmarks/bench_sbv2.py), found by `voxserve bench
---suites sbv2` in a source checkout: a tiny real run on the CPU (the fixtures' tiny models), its
+"""The SBV2 suite of the bench harness (benchmarks/bench_sbv2.py), found by `python benchmarks/bench.py
+--suites sbv2`: a tiny real run on the CPU (the fixtures' tiny models), its
 JSON section and checks, the Markdown tables, a CPU memory probe in a child process, and that the
 engine row really runs one BERT stage across the 4 requests. No timing thresholds."""
 
@@ -8,11 +8,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-
-from voxserve.bench import BenchSettings, render_markdown, run_bench, validate_result
-from voxserve.bench.arms import ENGINES
-from voxserve.bench.core import plan
-from voxserve.bench.suites import SUITES, checkout_suites, find_suite
+from harness import BenchSettings, render_markdown, run_bench, validate_result
+from harness.arms import ENGINES
+from harness.core import plan
+from harness.suites import SUITES, checkout_suites, find_suite
 
 pytest.importorskip("pyopenjtalk")
 
@@ -81,7 +80,7 @@ def test_check_catches_a_broken_section(result):
 
 
 def test_engine_row_runs_one_bert_stage_across_requests(tiny_voice_path):
-    from voxserve.bench.arms import make_arm
+    from harness.arms import make_arm
 
     arm = make_arm(next(s for s in SUITES["sbv2"]().extra_arms(_ctx(tiny_voice_path)) if s.name == "sbv2-engine"),
                    None)
@@ -104,8 +103,8 @@ def test_engine_row_runs_one_bert_stage_across_requests(tiny_voice_path):
 
 
 def test_cpu_memory_probe_loads_only_its_row_in_a_child(tiny_voice_path):
-    from voxserve.bench.arms import Sentence
-    from voxserve.bench.measure import Task, probe_request, run_probe
+    from harness.arms import Sentence
+    from harness.measure import Task, probe_request, run_probe
 
     spec = next(s for s in SUITES["sbv2"]().extra_arms(_ctx(tiny_voice_path)) if s.name == "sbv2-bert")
     pool = [Sentence(0, k, "", ()) for k in range(2)]
@@ -115,6 +114,6 @@ def test_cpu_memory_probe_loads_only_its_row_in_a_child(tiny_voice_path):
 
 
 def _ctx(voice):
-    from voxserve.bench.suites import Context
+    from harness.suites import Context
 
     return Context(sbv2_settings(voice), [], [], [], [], "cpu")

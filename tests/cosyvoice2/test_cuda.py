@@ -10,7 +10,7 @@ import pytest
 
 import voxserve
 from voxserve import SynthesisOptions
-from voxserve.families.piper.precision import snr_db
+from voxserve.models.vits_precision import snr_db
 
 TEXTS = ["Hello world.", "The cat is on the mat, and it is happy there."]
 

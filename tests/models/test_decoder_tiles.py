@@ -13,9 +13,9 @@ import torch
 from vits_fixtures import load_piper
 
 import voxserve
-from voxserve.families.piper.model import GapMask, Generator, VitsDims
 from voxserve.families.piper.options import Transforms
 from voxserve.families.piper.transforms import TILE_FRAMES, tile_decoder
+from voxserve.models.vits import GapMask, Generator, VitsDims
 
 DIMS = {
     "2": VitsDims(n_vocab=10, inter_channels=12, upsample_initial_channel=32, upsample_rates=(8, 8, 4),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from voxserve.families.piper.model import (
+from voxserve.models.vits import (
     RelativeMultiHeadAttention,
     VitsModel,
     rational_quadratic_spline_inverse,
@@ -68,7 +68,7 @@ def test_model_files_hold_modules_only():
     """Style rule 1: no I/O in the model file."""
     import inspect
 
-    import voxserve.families.piper.model as vits
+    import voxserve.models.vits as vits
 
     src = inspect.getsource(vits)
     for banned in ("open(", "argparse", "json.", "Path(", "onnx"):
@@ -76,7 +76,7 @@ def test_model_files_hold_modules_only():
 
 
 def test_layer_count_from_dims():
-    from voxserve.families.piper.model import VitsDims
+    from voxserve.models.vits import VitsDims
 
     dims = VitsDims(n_vocab=10, hidden_channels=8, filter_channels=16, n_layers=3, inter_channels=8,
                     dp_filter_channels=8, flow_hidden_channels=8, upsample_initial_channel=16)

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'voxserve[ray]')")
 yaml = pytest.importorskip("yaml")
 
-from voxserve.ray_serve import (  # noqa: E402
+from voxserve.serve.ray import (  # noqa: E402
     DEPLOYMENT,
     parse_replicas,
     plan_for,
@@ -19,7 +19,7 @@ from voxserve.ray_serve import (  # noqa: E402
     serve_config,
     settings_from_args,
 )
-from voxserve.serve.cli import ServeSettings  # noqa: E402
+from voxserve.serve.settings import ServeSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def test_config_round_trips_the_settings_and_leaves_the_key_out():
     cfg = yaml.safe_load(yaml.safe_dump(serve_config(s, (2, 2), {}, True)))
     assert "secret" not in yaml.safe_dump(cfg)
     app = cfg["applications"][0]
-    assert app["import_path"] == "voxserve.ray_serve:build_app"
+    assert app["import_path"] == "voxserve.serve.ray:build_app"
     assert cfg["http_options"] == {"host": "127.0.0.1", "port": 9000}
     back, family_options, warmup = settings_from_args(app["args"])
     assert back == ServeSettings.of(device="cpu", threads=2, voices=("en_US-joe-medium",), port=9000,
@@ -81,10 +81,18 @@ def test_ray_config_command_prints_a_serve_config():
     ServeDeploySchema.model_validate(cfg)  # what `serve deploy` checks the file against
     dep = cfg["applications"][0]["deployments"][0]
     assert dep["autoscaling_config"]["max_replicas"] == 3 and dep["max_ongoing_requests"] == 64
-    assert "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=voxserve.ray_proxy:proxy_middlewares" in r.stdout
+    assert "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=voxserve.serve.ray_proxy:proxy_middlewares" in r.stdout
 
 
 def test_replicas_without_ray_is_a_usage_error():
     r = subprocess.run([sys.executable, "-m", "voxserve", "serve", "--replicas", "2"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "--replicas needs --ray" in r.stderr
+
+
+def test_config_files_of_earlier_versions_still_deploy():
+    """A config file written before the move names `voxserve.ray_serve:build_app`."""
+    import voxserve.ray_serve
+    import voxserve.serve.ray
+
+    assert voxserve.ray_serve.build_app is voxserve.serve.ray.build_app

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from voxserve.ray_proxy import RetryUnanswered
+from voxserve.serve.ray_proxy import RetryUnanswered
 
 
 def run(app, body: bytes = b'{"text": "hi"}', chunks: int = 1, replay_bytes: int = 1 << 20):
@@ -89,3 +89,11 @@ def test_started_response_is_not_retried():
     with pytest.raises(RuntimeError, match="mid-stream"):
         run(app)
     assert len(calls) == 1
+
+
+def test_the_earlier_import_path_still_names_the_middlewares():
+    """Clusters set up from earlier docs name `voxserve.ray_proxy:proxy_middlewares`."""
+    import voxserve.ray_proxy
+    import voxserve.serve.ray_proxy
+
+    assert voxserve.ray_proxy.proxy_middlewares is voxserve.serve.ray_proxy.proxy_middlewares

@@ -133,7 +133,8 @@ def test_say_without_o_never_replaces_an_existing_out_wav(say, tmp_path, monkeyp
 
 @pytest.mark.parametrize("spec", ["alloy={path}", "Shimmer={path}"])
 def test_serve_refuses_a_voice_named_like_an_openai_alias(tiny_voice_path, spec):
-    from voxserve.serve.cli import ServeSettings, load_voices
+    from voxserve.serve.build import load_voices
+    from voxserve.serve.settings import ServeSettings
 
     with pytest.raises(ValueError, match="OpenAI's voice names"):
         load_voices(ServeSettings.of(voices=(spec.format(path=tiny_voice_path),), device="cpu"))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import voxserve
-from voxserve.families.piper.model import dtype_of
-from voxserve.families.piper.precision import compare_audio
 from voxserve.families.piper.runner import VitsItem
+from voxserve.models.vits import dtype_of
+from voxserve.models.vits_precision import compare_audio
 from voxserve.runtime.device import cpu_has_native_bf16, resolve_dtype
 
 DET = voxserve.DETERMINISTIC

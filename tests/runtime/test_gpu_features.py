@@ -18,7 +18,6 @@ from vits_fixtures import load_piper
 import voxserve
 from voxserve.families.piper.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
 from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
-from voxserve.families.piper.precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 from voxserve.runtime.offload import DeviceBudget, WeightOffloader, module_bytes
 
 DET = voxserve.DETERMINISTIC

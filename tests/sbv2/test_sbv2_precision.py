@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 import sbv2_fixtures as fx  # noqa: E402
 import voxserve  # noqa: E402
 from voxserve import SynthesisOptions  # noqa: E402
-from voxserve.families.piper.precision import snr_db  # noqa: E402
+from voxserve.models.vits_precision import snr_db  # noqa: E402
 from voxserve.families.sbv2.loader import load_sbv2_checkpoint  # noqa: E402
 from voxserve.families.sbv2.voice import SYNTH_FP32, Sbv2Voice  # noqa: E402
 

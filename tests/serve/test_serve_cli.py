@@ -8,8 +8,8 @@ from voxserve.cli import build_parser
 from voxserve.engine import EngineConfig
 from voxserve.engine.scheduler import SchedulerConfig
 from voxserve.limits import Limits
-from voxserve.serve.cli import ServeSettings, settings_from
 from voxserve.serve.config import settings
+from voxserve.serve.settings import ServeSettings, settings_from
 
 
 def parse(*args):

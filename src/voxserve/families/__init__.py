@@ -24,7 +24,6 @@ from ..errors import VoiceLoadError
 
 if TYPE_CHECKING:
     from ..voice import Voice
-    from ..voices.registry import VoiceSource
 
 BUILTIN = ("piper", "sbv2", "bark", "cosyvoice2")
 """Family packages under voxserve.families imported when the registry is first asked."""
@@ -33,6 +32,24 @@ RUNNER_KINDS = ("one-shot", "step")
 """Runner kinds: "one-shot" (a batch of sentences in, audio out, or a continuation for a
 sentence cut into pieces: `Voice.run_pieces`) and "step" (autoregressive: sequences advance a
 step at a time and join and leave between steps, `Voice.step_runner`)."""
+
+
+@dataclass(frozen=True)
+class VoiceSource:
+    """Where a voice's files are and which family loads them (no file is read to make one)."""
+
+    name: str
+    family: str
+    """The name of its family in voxserve.families."""
+    path: Path
+    config_path: Path | None = None
+
+    def describe(self) -> dict:
+        info: dict = {"name": self.name, "family": self.family, "path": str(self.path)}
+        fam = families().get(self.family)
+        if fam is not None and fam.describe is not None:
+            info.update(fam.describe(self))
+        return info
 
 
 @dataclass(frozen=True)

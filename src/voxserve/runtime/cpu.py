@@ -46,7 +46,9 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -163,8 +165,6 @@ class OtherLoad:
         return user + system + irq + softirq + steal, float(fields[11]) + float(fields[12])
 
     def other_cores(self) -> float:
-        import time
-
         with self._lock:
             now = time.monotonic()
             if self._last is not None and now - self._last[0] < self.every_s:
@@ -192,7 +192,6 @@ def fitted_team(n: int) -> int:
     seconds (re-decided at most every few seconds)."""
     if n <= 1:
         return max(1, n)
-    import time
 
     now = time.monotonic()
     d = _decided.get(n)
@@ -252,7 +251,6 @@ def run_groups(calls: Sequence[Callable[[], T]]) -> list[T]:
     the calling thread, its team restored after); their results in order, or the first
     exception raised."""
     global _pool
-    from concurrent.futures import ThreadPoolExecutor
 
     with _pool_lock:
         if _pool is None or _pool._max_workers < len(calls) - 1:  # (grows, never shrinks)

@@ -44,6 +44,7 @@ from ..errors import (
 )
 from ..options import SynthesisOptions
 from ..voice import joined_words
+from ..voices.registry import resolve_voice
 from .config import AppConfig
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .playground import PATHS as PLAYGROUND_PATHS
@@ -451,7 +452,6 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
             return name
         if openai and name.lower() in OPENAI_VOICES:
             return default_voice
-        from ..voices.registry import resolve_voice
 
         resolve_voice(name, allow_paths=False)  # unknown: UnknownVoiceError (404) listing the registry
         raise UnknownVoiceError(name, sorted(engine.voices))  # installed but not loaded here

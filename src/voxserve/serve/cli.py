@@ -16,72 +16,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
-import sys
-from pathlib import Path
 
-from .config import DEPRECATED, ServeSettings, Setting, env_name, settings
-
-__all__ = ["ServeSettings", "settings_from", "load_voices", "build_engine", "add_parser"]
+from ..errors import VoiceLoadError, VoxserveError
+from ..flags import load_option_args, load_options_from, options_args, options_from, runtime_names, settings_args
+from .config import ServeSettings
+from .settings import settings_from
 
 log = logging.getLogger(__name__)
-
-
-def _given(ns: argparse.Namespace, s: Setting):
-    v = getattr(ns, s.name, None)
-    if s.name == "api_key" and v is not None and not v.strip():
-        # an empty flag would otherwise switch authentication off, over VOXSERVE_API_KEY too
-        raise ValueError("--api-key is empty: give a key, or leave the flag out (VOXSERVE_API_KEY applies)")
-    if v is None or v == []:
-        return None
-    return tuple(v) if s.name == "voices" else v
-
-
-def _from_env(s: Setting, environ, name: str | None = None):
-    var = env_name(name or s.name)
-    raw = environ.get(var)
-    if not raw:
-        return None
-    try:
-        return s.parse(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {var}={raw!r} is not a valid {s.name}") from None
-
-
-def _deprecated(new: Setting, how: str) -> None:
-    """Warn that `how` (an old flag or variable) is deprecated, naming the setting that replaces it."""
-    print(f"voxserve: warning: {how} is deprecated (it goes in 0.2): use "
-          f"{new.flag if how.startswith('--') else new.env}", file=sys.stderr)
-
-
-def settings_from(ns: argparse.Namespace, environ=os.environ) -> ServeSettings:
-    """The settings of a parsed command line: each leaf from its flag, else its environment
-    variable, else the default (an old name, DEPRECATED, just below the new one's flag or
-    variable, with a warning); validated."""
-    by_name = {s.name: s for s in settings()}
-    flags = {s.name: v for s in by_name.values() if (v := _given(ns, s)) is not None}
-    envs = {s.name: v for s in by_name.values() if (v := _from_env(s, environ)) is not None}
-    for old, new in DEPRECATED.items():
-        s = by_name[new]
-        if (v := getattr(ns, "deprecated_" + old, None)) is not None:
-            _deprecated(s, "--" + old.replace("_", "-"))
-            flags.setdefault(new, v)
-            if old == "read_timeout":  # it also bounded the head's time, to at most 10 s
-                flags.setdefault("header_timeout_s", min(by_name["header_timeout_s"].default, v))
-        if environ.get(env_name(old)):
-            v = _from_env(s, environ, old)
-            _deprecated(s, env_name(old))
-            envs.setdefault(new, v)
-            if old == "read_timeout":
-                envs.setdefault("header_timeout_s", min(by_name["header_timeout_s"].default, v))
-    return ServeSettings.of(**{**envs, **flags}).validate()
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the HTTP server (OpenAI-compatible /v1/audio/speech)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from ..cli import load_option_args, settings_args
-
     settings_args(p)
     p.add_argument("--no-warmup", action="store_true", help="report ready without a warm-up sentence")
 
@@ -97,8 +43,6 @@ def add_parser(sub) -> None:
 
 
 def _add_ray_config_parser(sub) -> None:
-    from ..cli import load_option_args, settings_args
-
     r = sub.add_parser("ray-config", help="write a Ray Serve config file (serve deploy) for these settings",
                        description="Prints a Serve config for `serve deploy` with the flags of `voxserve serve`.")
     settings_args(r)
@@ -109,14 +53,14 @@ def _add_ray_config_parser(sub) -> None:
 
 
 def _ray(command: str, ns: argparse.Namespace) -> int:
-    """A command of voxserve.ray_serve, imported only when asked for (Ray is an extra)."""
+    """A command of voxserve.serve.ray, imported only when asked for (Ray is an extra)."""
     try:
-        from .. import ray_serve
+        from . import ray
     except ModuleNotFoundError as e:
         if e.name != "ray" and not (e.name or "").startswith("ray."):
             raise
         raise ValueError("Ray Serve is not installed: pip install 'voxserve[ray]'") from None
-    return getattr(ray_serve, command)(ns)
+    return getattr(ray, command)(ns)
 
 
 # the settings of `voxserve serve` that `voxserve wyoming` has too (no HTTP, no API key)
@@ -127,8 +71,6 @@ _WYOMING_SETTINGS = ("voices", "device", "dtype", "max_batch_size", "max_batch_p
 
 
 def _add_wyoming_parser(sub) -> None:
-    from ..cli import load_option_args, options_args, runtime_names, settings_args
-
     p = sub.add_parser("wyoming", help="run a Wyoming server (Home Assistant text to speech)",
                        description="Serve Home Assistant's Wyoming protocol (describe, synthesize, streamed "
                                    "synthesis) over the engine. Settings as for `voxserve serve`; the synthesis "
@@ -150,8 +92,6 @@ def _wyoming_module():
     except ModuleNotFoundError as e:
         if e.name != "wyoming":
             raise
-        from ..errors import VoxserveError
-
         raise VoxserveError("the Wyoming server needs the wyoming package: pip install 'voxserve[wyoming]'") from None
     return wyoming
 
@@ -171,8 +111,7 @@ def wyoming_config(settings: ServeSettings, uri: str, options=None):
 def cmd_wyoming(ns: argparse.Namespace) -> int:
     import asyncio
 
-    from ..cli import load_options_from, options_from
-    from ..errors import VoiceLoadError
+    from .build import build_engine
 
     wy = _wyoming_module()
     settings = settings_from(ns)
@@ -191,60 +130,6 @@ def cmd_wyoming(ns: argparse.Namespace) -> int:
     return 0
 
 
-_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def parse_voice_spec(spec: str) -> tuple[str | None, str]:
-    """`NAME=SOURCE` -> (NAME, SOURCE); anything else -> (None, spec). NAME is letters, digits,
-    '.', '_' and '-' (so a path holding '=' after a '/' or ':' stays a path)."""
-    name, sep, source = spec.partition("=")
-    if sep and source and _VOICE_NAME.fullmatch(name):
-        return name, source
-    return None, spec
-
-
-def load_voices(settings: ServeSettings, family_options: dict | None = None) -> dict:
-    """The voices to serve, by the name requests use. A voice loaded from a path (PREFIX:PATH
-    such as bark:DIR, a Piper .onnx) is named after its directory (file) unless `NAME=` names it, and that name is
-    registered in this process's registry, so the name resolves to what the server loaded.
-    Two voices with one name are refused (the second would silently replace the first)."""
-    from .. import load_voice
-    from ..families import source_hint
-    from ..voices.registry import check_reserved_name, register_voice, resolve_voice, voice_sources
-
-    family_options = family_options or {}  # e.g. bert_dir (voxserve.families.load_options)
-    voices: dict = {}
-    origin: dict[str, str] = {}
-    for spec in settings.load.voices:
-        name, source = parse_voice_spec(spec)
-        from_path = source not in voice_sources()
-        if from_path and (hint := source_hint(Path(source))):  # e.g. a Bark directory without its prefix
-            raise ValueError(hint)
-        src = resolve_voice(source)  # the operator's command line: paths allowed here
-        v = load_voice(source, device=settings.load.device, dtype=settings.load.dtype, limits=settings.limits,
-                       **settings.runtime, **family_options)
-        if name is not None:
-            v.name = name
-        try:
-            check_reserved_name(v.name)
-        except ValueError as e:
-            raise ValueError(f"--voice {spec}: {e} (--voice OTHER_NAME={source})") from None
-        if v.name in voices:
-            raise ValueError(f"two voices are named {v.name!r} ({origin[v.name]} and {spec}): "
-                             f"name one with --voice OTHER_NAME={source}")
-        if name is not None or from_path:
-            register_voice(v.name, src.path, src.config_path, family=src.family)
-        voices[v.name] = v
-        origin[v.name] = spec
-    return voices
-
-
-def build_engine(settings: ServeSettings, family_options: dict | None = None):
-    from ..engine import Engine
-
-    return Engine(load_voices(settings, family_options), settings.engine)
-
-
 def _allocator(ns: argparse.Namespace) -> None:
     """Validate VOXSERVE_ALLOCATOR, and restart with jemalloc when that applies (once the
     flags are known to be good, so a bad one fails at once)."""
@@ -258,8 +143,8 @@ def _allocator(ns: argparse.Namespace) -> None:
 def cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..errors import VoiceLoadError
     from .app import create_app, http_protocol
+    from .build import build_engine
 
     if getattr(ns, "ray", False):
         return _ray("cmd_serve_ray", ns)
@@ -272,8 +157,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     app_config = settings.http
     wyoming = wyoming_config(settings, settings.server.wyoming) if settings.server.wyoming else None
     try:
-        from ..cli import load_options_from
-
         engine = build_engine(settings, load_options_from(ns))
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag

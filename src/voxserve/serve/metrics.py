@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,  # noqa: F401  (re-exported for the app)
     CollectorRegistry,
@@ -96,8 +98,6 @@ def _memory(engine) -> dict[str, float]:
         else:
             try:
                 with open("/proc/self/statm") as f:
-                    import os
-
                     out[dev] = float(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
             except (OSError, ValueError, IndexError):
                 continue

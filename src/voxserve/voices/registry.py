@@ -10,16 +10,26 @@ Sources, in order of precedence:
 A name may also be a path that a family recognises (a Piper `.onnx` file or its `.onnx.json`),
 or `PREFIX:path` for a family with a prefix (e.g. `bark:/models/bark-small`). Paths are for the
 library and CLI; the HTTP server resolves names only. Which family a source belongs to, how it
-is found and described, is asked of the family registry (voxserve.families).
+is found and described, is asked of the family registry (voxserve.families, where VoiceSource is defined).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+
 from ..errors import UnknownVoiceError, VoiceLoadError
+from ..families import (
+    VoiceSource,
+    families,
+    family_for_path,
+    family_for_prefix,
+    get_family,
+    is_prefix,
+    source_hint,
+)
 
 DEFAULT_VOICE = "en_US-joe-medium"
 
@@ -52,24 +62,6 @@ def check_new_voice_name(name: str, family: str, folder: Path) -> None:
         raise ValueError(f"the name {name!r} is taken by the {taken.family} voice at {taken.path}; choose another name")
 
 
-@dataclass(frozen=True)
-class VoiceSource:
-    name: str
-    family: str
-    """The name of its family in voxserve.families."""
-    path: Path
-    config_path: Path | None = None
-
-    def describe(self) -> dict:
-        from ..families import families
-
-        info: dict = {"name": self.name, "family": self.family, "path": str(self.path)}
-        fam = families().get(self.family)
-        if fam is not None and fam.describe is not None:
-            info.update(fam.describe(self))
-        return info
-
-
 _registered: dict[str, VoiceSource] = {}
 
 
@@ -77,8 +69,6 @@ def register_voice(name: str, path: str | Path, config_path: str | Path | None =
                    family: str | None = None) -> VoiceSource:
     """Make `name` load the voice at `path` in this process. `family`: its family's name;
     None = the family that recognises the path (a Piper `.onnx`)."""
-    from ..families import family_for_path, get_family
-
     path = Path(path)
     if family is None:
         fam = family_for_path(path)
@@ -95,8 +85,6 @@ def register_voice(name: str, path: str | Path, config_path: str | Path | None =
 
 def user_voice_dir() -> Path:
     """The user's voice folder (searched after $VOXSERVE_VOICES_PATH): where saved voices go."""
-    import platformdirs
-
     return Path(platformdirs.user_data_dir("voxserve")) / "voices"
 
 
@@ -108,8 +96,6 @@ def _search_dirs() -> list[Path]:
 
 def voice_sources() -> dict[str, VoiceSource]:
     """Every voice that can load, by name."""
-    from ..families import families
-
     fams = list(families().values())
     found: dict[str, VoiceSource] = {}
     for fam in fams:
@@ -132,8 +118,6 @@ def available_voices() -> list[str]:
 def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = True) -> VoiceSource:
     """A name (or, if allowed, a path / PREFIX:path) -> its source. Unknown -> UnknownVoiceError;
     a path its family cannot load (files missing) -> VoiceLoadError."""
-    from ..families import family_for_path, family_for_prefix, is_prefix, source_hint
-
     if name_or_path is None:
         name_or_path = DEFAULT_VOICE
     key = os.fspath(name_or_path)

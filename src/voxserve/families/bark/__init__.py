@@ -14,8 +14,7 @@ import json
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from ...voices.registry import VoiceSource
-from .. import Family, register_family
+from .. import Family, VoiceSource, register_family
 from .options import BarkRuntimeOptions, BarkVoiceConfig
 
 NAME = "bark"

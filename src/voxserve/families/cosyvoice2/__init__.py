@@ -11,45 +11,18 @@ Modules: config (cosyvoice2.yaml as data), llm / flow / hift (the models), sampl
 repetition-aware sampling), tokenizer, frontend (prompt features through the ONNX models),
 pipeline (CosyModel: the three models on one device), schedule (a request's chunk schedule),
 runner (CosyStepRunner: continuous batching + chunked token2wav), voice, store (saved voices),
-loader. See docs/cosyvoice2.md.
+loader (folder.py: the folder's files), options (languages, CosyRuntimeOptions). See docs/cosyvoice2.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from ...voices.registry import VoiceSource
-from .. import Family, register_family
+from .. import Family, VoiceSource, register_family
+from .options import LANGUAGE_CODES, CosyRuntimeOptions
 
 NAME = "cosyvoice2"
-LANGUAGE_CODES = ("zh", "en", "ja", "ko", "yue")
-"""What a CosyVoice 2 model speaks (BCP-47), as upstream's model card states it: Chinese, English,
-Japanese, Korean and Cantonese (its other Chinese dialects have no tag of their own). The text
-goes to the model as written (English spoken-form normalisation aside): no per-language front end."""
-
-
-@dataclass(frozen=True)
-class CosyRuntimeOptions:
-    """How a CosyVoice 2 voice runs (not what it says)."""
-
-    threads: int | None = field(default=None, metadata={"help": "CPU intra-op threads for the model (default: PyTorch's)"})
-    """CPU intra-op threads (torch.set_num_threads); None leaves PyTorch's default."""
-    max_sequences: int = field(default=16, metadata={"help": 'sentences generated at once (continuous batching), 1..256'})
-    """Sentences whose language model runs at once (continuous batching), 1..256."""
-    streaming: bool = field(default=True, metadata={"help": 'CosyVoice 2: audio in chunks as tokens come, not once per sentence'})
-    """Audio in chunks as tokens come (chunk-masked flow; first audio after about a second of
-    speech) rather than once per sentence (full attention)."""
-
-    def validate(self) -> "CosyRuntimeOptions":
-        if self.threads is not None and self.threads < 1:
-            raise ValueError("threads must be at least 1")
-        if not 1 <= self.max_sequences <= 256:
-            raise ValueError(f"max_sequences must be in 1..256, not {self.max_sequences!r}")
-        return self
-
-
 def _source(path: Path, name: str | None = None) -> VoiceSource:
     return VoiceSource(name or path.name.removesuffix(".cosyvoice2"), NAME, path)
 
@@ -65,7 +38,7 @@ def _hint(path: Path) -> str | None:
 
 
 def _check(src: VoiceSource) -> None:
-    from .loader import check_folder
+    from .folder import check_folder
     from .store import is_saved_voice
 
     if is_saved_voice(src.path):

@@ -17,55 +17,24 @@ import os
 import threading
 from pathlib import Path
 
-from ...errors import VoiceLoadError
-from ...runtime.device import resolve_device
+import torch
 
-REQUIRED = ("cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "CosyVoice-BlankEN/config.json")
-PROMPT_MODELS = ("campplus.onnx", "speech_tokenizer_v2.onnx")
+from ...runtime.device import resolve_device
+from .folder import check_folder
+from .options import CosyRuntimeOptions
+from .pipeline import load_model
+from .runner import CosyStepRunner
+from .store import is_saved_voice, load_saved
+from .voice import CosyVoice2Voice
+
 SPEAKERS = "spk2info.pt"
 
 _models: dict[tuple, tuple] = {}  # (folder, device, dtype) -> (CosyModel, CosyStepRunner)
 _models_lock = threading.Lock()
 
 
-def check_folder(path: Path) -> None:
-    """Raise VoiceLoadError naming every required file the folder lacks."""
-    d = Path(path).expanduser()
-    if not d.is_dir():
-        raise VoiceLoadError(f"{d}: not a folder (a CosyVoice 2 model is a folder: cosyvoice2.yaml, llm.pt, ...)")
-    missing = [f for f in REQUIRED if not (d / f).is_file()]
-    if missing:
-        raise VoiceLoadError(f"{d}: not a complete CosyVoice 2 model folder: missing {', '.join(missing)}")
-
-
-def prompt_encoder(path: Path):
-    """The folder's PromptEncoder (CAM++ and the speech tokenizer through onnxruntime)."""
-    from .frontend import PromptEncoder
-
-    d = Path(path).expanduser()
-    missing = [f for f in PROMPT_MODELS if not (d / f).is_file()]
-    if missing:
-        raise VoiceLoadError(f"{d}: voices from recordings need {', '.join(missing)}, which the folder lacks")
-    return PromptEncoder(d / "speech_tokenizer_v2.onnx", d / "campplus.onnx")
-
-
-def load_state_dict(path: Path) -> dict:
-    import torch
-
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises several kinds for a corrupt or pickled file
-        raise VoiceLoadError(f"{path}: cannot read the state dict ({type(e).__name__}: {e})") from None
-    if not isinstance(sd, dict) or not all(isinstance(k, str) for k in sd):
-        raise VoiceLoadError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
-    return sd
-
-
 def shared_model(path: Path, device: str, dtype: str | None, runtime):
     """(CosyModel, CosyStepRunner) of a folder on a device, loaded once per process."""
-    from .pipeline import load_model
-    from .runner import CosyStepRunner
-
     d = Path(os.path.abspath(Path(path).expanduser()))
     key = (str(d), device, dtype, runtime.streaming)
     with _models_lock:
@@ -79,12 +48,6 @@ def shared_model(path: Path, device: str, dtype: str | None, runtime):
 def load_cosyvoice2_voice(path: str | os.PathLike, name: str | None = None, device: str = "auto",
                           dtype: str | None = None, runtime=None):
     """A model folder's voice (speakers: spk2info.pt's) or a saved voice (store.py)."""
-    import torch
-
-    from . import CosyRuntimeOptions
-    from .store import is_saved_voice, load_saved
-    from .voice import CosyVoice2Voice
-
     runtime = (runtime or CosyRuntimeOptions()).validate()
     if runtime.threads:
         torch.set_num_threads(runtime.threads)

@@ -19,7 +19,7 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,8 @@ from ...errors import VoiceLoadError
 from ...runtime.sync import host_read, upload
 from .config import CosyConfig, load_config
 from .flow import CosyFlow, FlowCache, FlowDims
+from .folder import load_state_dict, prompt_encoder
+from .frontend import load_spk2info
 from .hift import HiFT, HiftDims, fold_weight_norm
 from .llm import CosyLM, CosyLMDims, length_bounds
 from .sampling import RasSampler, ras_pick
@@ -109,18 +111,12 @@ class CosyModel:
                           torch.as_tensor(f.embedding, dtype=torch.float32).to(dev))
 
     def saved_speakers(self) -> dict[str, CosyPrompt]:
-        from .frontend import load_spk2info
-
         path = self.folder / "spk2info.pt"
         if not path.is_file():
             return {}
         return {name: self.prompt_from_features(name, f) for name, f in load_spk2info(path).items()}
 
     def encode_prompt(self, name: str, wave: np.ndarray, sample_rate: int, text: str) -> CosyPrompt:
-        from dataclasses import replace
-
-        from .loader import prompt_encoder
-
         if self._encoder is None:
             self._encoder = prompt_encoder(self.folder)
         return self.prompt_from_features(name, replace(self._encoder.encode(wave, sample_rate), prompt_text=text))
@@ -303,8 +299,6 @@ def _load_part(module, sd: dict, path: Path, ignore: tuple[str, ...] = ()) -> No
 def load_model(folder: Path, device: str = "cpu", dtype: str | None = None) -> CosyModel:
     """Build the three models from the folder's config and weights (no download, no pickle)."""
     import transformers
-
-    from .loader import load_state_dict
 
     if dtype not in (None, "fp32"):
         raise VoiceLoadError(f"CosyVoice 2 voices run in fp32 here; dtype {dtype!r} is not supported yet")

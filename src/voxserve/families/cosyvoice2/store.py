@@ -18,8 +18,12 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from ...errors import VoiceLoadError
-from ...voices.registry import VoiceSource
+from .. import VoiceSource
+from .folder import check_folder, prompt_encoder
+from .frontend import load_prompt, save_prompt
 
 FORMAT = "voxserve-cosyvoice2-voice"
 SUFFIX = ".cosyvoice2"
@@ -64,8 +68,6 @@ def check_name(name: str) -> str:
 def save_voice(folder: Path, name: str, model_dir: Path, features) -> Path:
     """Write `folder/NAME.cosyvoice2/` for prompt `features` (frontend.PromptFeatures) of the
     model at `model_dir`; an existing voice of that name is replaced."""
-    from .frontend import save_prompt
-
     check_name(name)
     if len(features.prompt_text) > MAX_PROMPT_TEXT:
         raise ValueError(f"the prompt text is over {MAX_PROMPT_TEXT} characters")
@@ -82,7 +84,6 @@ def save_voice(folder: Path, name: str, model_dir: Path, features) -> Path:
 
 def read_recording(path: Path):
     """(mono float32 samples, sample rate) of an audio file (WAV, FLAC, OGG: what soundfile reads)."""
-    import numpy as np
     import soundfile
 
     try:
@@ -94,8 +95,6 @@ def read_recording(path: Path):
 
 def load_saved(path: Path):
     """(model folder, PromptFeatures) of a saved voice."""
-    from .frontend import load_prompt
-
     meta = read_voice_info(path)
     try:
         features = load_prompt(path / "prompt.npz")
@@ -107,8 +106,6 @@ def load_saved(path: Path):
 def add_voice(model_dir: Path, name: str, prompt_wav: Path, prompt_text: str, folder: Path) -> Path:
     """`voxserve voices add`: the prompt's features from the recording (through the model
     folder's ONNX models), saved as a voice in `folder`."""
-    from .loader import check_folder, prompt_encoder
-
     check_name(name)
     model_dir = Path(model_dir).expanduser()
     check_folder(model_dir)

@@ -30,8 +30,10 @@ from ...options import SynthesisOptions
 from ...text.frontend import check_text
 from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
+from ...text.spoken import normalize_text
 from ...voice import Unit, Voice, limited, run_steps, sentence_seed
-from . import LANGUAGE_CODES
+from .options import LANGUAGE_CODES
+from .runner import CosyStepRunner
 
 CHARS_PER_SECOND = 14.0  # read English: ~150 words a minute
 WIDE_CHAR_WEIGHT = 3  # a CJK character is about a syllable
@@ -185,8 +187,6 @@ class CosyVoice2Voice(Voice):
         """Sentences of at most MAX_SENTENCE_TOKENS text tokens, lazily, in order. English text
         gets voxserve's spoken-form normalisation (numbers, dates, units read out) unless
         `normalize` is false; other text is passed as written (the model reads Chinese digits)."""
-        from ...text.spoken import normalize_text
-
         text = normalize_unicode(text)
         if normalize and _latin(text):
             text = normalize_text(text)
@@ -201,8 +201,6 @@ class CosyVoice2Voice(Voice):
         return self._runner
 
     def run_units(self, units: Sequence[Unit], early: Sequence[int] = (), on_early=None) -> list[np.ndarray]:
-        from .runner import CosyStepRunner
-
         # a runner of its own (not the engine's), all units joined at once
         runner = CosyStepRunner(self.model, capacity=max(1, len(units)),
                                 streaming=self._runner.streaming if self._runner is not None else True)

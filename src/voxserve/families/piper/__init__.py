@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from ...voices.registry import VoiceSource
-from .. import Family, LoadOption, register_family
+from .. import Family, LoadOption, VoiceSource, register_family
 from .config import config_language, language_codes
 from .options import PiperRuntimeOptions
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import platformdirs
 
-from .model import VitsDims
+from ...models.vits import VitsDims
 
 log = logging.getLogger(__name__)
 CONVERTER_VERSION = "1"
@@ -31,7 +32,6 @@ def cache_dir() -> Path:
     env = os.environ.get("VOXSERVE_CACHE_DIR")
     if env:
         return Path(env)
-    import platformdirs
 
     return Path(platformdirs.user_cache_dir("voxserve"))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import VoiceLoadError
-from .model import VitsDims
+from ...models.vits import VitsDims, VitsModel
 
 _PARAM_NAME = re.compile(r"^(enc_p|dp|flow|dec|emb_g)\.[\w.]+$")
 _MODULE_ROOTS = ("enc_p", "dp", "flow", "dec", "emb_g")
@@ -269,8 +269,6 @@ def check_state_dict(expected: dict[str, tuple[int, ...]], sd: dict[str, np.ndar
 
 def read_piper_onnx(path: str | Path) -> tuple[VitsDims, dict[str, np.ndarray]]:
     """Piper ONNX file -> (dims, state dict of float32 numpy arrays), checked."""
-    from .model import VitsModel
-
     src = OnnxVits(path)
     sd = extract_state_dict(src)
     dims = infer_dims(src, sd)

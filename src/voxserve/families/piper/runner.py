@@ -39,12 +39,12 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from ...models.vits import GapMask, VitsDims, VitsModel
 from ...runtime.cpu import contended_groups, cpu_team, run_groups
 from ...runtime.offload import ResidentWeights, WeightOffloader
 from ...runtime.sync import host_read, upload
 from .buckets import decode_bucket, geometric_bucket
 from .cuda_graphs import GraphedStages
-from .model import GapMask, VitsDims, VitsModel
 from .options import PiperRuntimeOptions, Transforms
 from .stages import EagerStages, EncodeInputs, EncodeOutputs, SynthInputs
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import Mask, VitsModel
+from ...models.vits import Mask, VitsModel
 
 log = logging.getLogger(__name__)
 

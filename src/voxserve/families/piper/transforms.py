@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .model import Generator
+from ...models.vits import Generator
 
 
 @torch.no_grad()

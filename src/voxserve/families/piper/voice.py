@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...audio import silence_samples
-
 from ...errors import UnknownSpeakerError, UnpronounceableTextError
 from ...options import SynthesisOptions
 from ...text.aligned import Aligned
@@ -16,6 +15,7 @@ from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
 from ...text.ssml import Break, Span
 from ...voice import MAX_BATCH_COST, Piece, Unit, Voice, limited, sentence_seed
+from .config import VoiceConfig
 from .words import SourceWords, WordSpan, word_spans, word_times
 
 CPU_BATCH_COST = 1024  # phoneme ids: about 4-8 sentences
@@ -35,8 +35,6 @@ class VitsVoice(Voice):
     word_timestamps = True
 
     def __init__(self, config, runner, frontend: TextFrontend, source_path=None):
-        from .config import VoiceConfig
-
         assert isinstance(config, VoiceConfig)
         self.config = config
         self.name = config.name

@@ -4,7 +4,7 @@
 
 Modules: model (the synthesizer, both variants), loader (the model folder), bert (SbvBert, the
 shared component: one per language and device), text (SBV2's JP and EN front ends), voice
-(Sbv2Voice, load_sbv2_voice). transformers (the `sbv2` extra) is imported only when a voice
+(Sbv2Voice, load_sbv2_voice), folder (what a model folder's config says, read without torch). transformers (the `sbv2` extra) is imported only when a voice
 loads. See docs/sbv2.md.
 """
 
@@ -15,24 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from ...langcodes import tag
-from ...voices.registry import VoiceSource
-from .. import Family, LoadOption, register_family
+from .. import Family, LoadOption, VoiceSource, register_family
+from .folder import BERT_DIR_ENV, FRONTEND_LANGUAGES, is_jp_extra, language_codes
 
 NAME = "sbv2"
-BERT_DIR_ENV = "VOXSERVE_SBV2_BERT_DIR"
-FRONTEND_LANGUAGES = ("JP", "EN")  # the front ends voxserve has (no ZH: docs/sbv2.md)
-
-
-def is_jp_extra(cfg: dict) -> bool:
-    """Whether a model's config.json is a JP-Extra model's (Japanese only)."""
-    return bool((cfg.get("data") or {}).get("use_jp_extra", str(cfg.get("version", "")).endswith("JP-Extra")))
-
-
-def language_codes(languages) -> list[str]:
-    """SBV2's language names ("JP", "EN", "ZH": `Sbv2Voice.languages`) as BCP-47 tags ("ja",
-    "en", "zh"), in order."""
-    return [tag({"JP": "ja"}.get(lang, lang)) for lang in languages]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ...errors import VoiceLoadError
-from . import is_jp_extra
+from .folder import is_jp_extra
 from .model import STYLE_DIM, Sbv2Dims, Sbv2Synthesizer
 
 IGNORED_KEYS = re.compile(r"^(iteration$|enc_q\.|sdp\.post_|sdp\.flows\.1\.)")

@@ -4,7 +4,7 @@ Both variants of SBV2 2.x: **JP-Extra** (one Japanese BERT input) and the **mult
 model (ZH / JP / EN BERT inputs). Parameter names follow SBV2's `net_g` checkpoints (see
 loader.py) so a folded state dict loads with `load_state_dict`.
 
-What SBV2 shares with VITS is imported from the Piper family's model (families/piper/model.py):
+What SBV2 shares with VITS is imported from the VITS layers it shares with Piper (models/vits.py):
 relative-position attention, FFN, LayerNorm, the deterministic and stochastic duration
 predictors, Flip, the HiFi-GAN generator, the gather-based hard alignment. What differs lives
 here:
@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...runtime import attention
-from ..piper.model import (
+from ...models.vits import (
     DurationPredictor,
     Encoder,
     Flip,
@@ -50,6 +49,7 @@ from ..piper.model import (
     dtype_of,
     sequence_mask,
 )
+from ...runtime import attention
 
 BERT_DIM = 1024  # hard-coded in SBV2 (its BERT projections are Conv1d(1024, H, 1))
 STYLE_DIM = 256  # hard-coded in SBV2 (style_proj is Linear(256, H))

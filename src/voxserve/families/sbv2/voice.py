@@ -21,17 +21,23 @@ import numpy as np
 import torch
 
 from ...audio import Word
-from ...errors import AudioTooLongError, InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
+from ...errors import (
+    AudioTooLongError,
+    InvalidOptionError,
+    UnknownSpeakerError,
+    UnpronounceableTextError,
+    VoiceLoadError,
+)
+from ...models.vits_precision import PrecisionPolicy, apply_precision
 from ...options import SynthesisOptions
 from ...runtime.device import resolve_dtype
 from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
 from ...voice import Piece, SharedComponent, Unit, Voice, limited, sentence_seed
-from . import BERT_DIR_ENV, FRONTEND_LANGUAGES, language_codes
-from ..piper.precision import PrecisionPolicy, apply_precision
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
+from .folder import BERT_DIR_ENV, FRONTEND_LANGUAGES, language_codes
 from .loader import Sbv2Checkpoint, load_sbv2_checkpoint, style_vector
-from .text import UnsupportedLanguageError, check_language, sentence_text
+from .text import UnsupportedLanguageError, check_language, english, japanese, sentence_text
 
 # The synthesizer parts that stay fp32 under each dtype: the text encoder and both duration
 # predictors (a duration that crosses an integer in half precision shifts the whole waveform),
@@ -284,8 +290,6 @@ class Sbv2Voice(Voice):
         ids of each BERT token, [CLS] and [SEP] included; a word is its tokens: EN groups the
         DeBERTa pieces as the g2p does, JP takes pyopenjtalk's words (the g2p's own pass again:
         the front end returns only their concatenation)."""
-        from .text import english, japanese
-
         tok = self._tokenizers[lang]
         if lang == "EN":
             groups = [("".join(w), len(w)) for w in english.text_to_words(tok.tokenize(st.norm_text))]

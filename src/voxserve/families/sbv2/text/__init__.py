@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import english, japanese
 from .symbols import (
     LANGUAGE_ID_MAP,
     LANGUAGE_TONE_START_MAP,
@@ -38,12 +39,8 @@ def normalize_text(text: str, language: str) -> str:
     """SBV2's normalize_text for the language."""
     language = check_language(language)
     if language == "JP":
-        from . import japanese
-
         return japanese.normalize_text(text)
     if language == "EN":
-        from . import english
-
         return english.normalize_text(text)
     raise UnsupportedLanguageError(
         "SBV2's Chinese front end is not built in voxserve (only JP and EN): see docs/sbv2.md")
@@ -57,12 +54,8 @@ def g2p(norm_text: str, language: str, tokenizer, use_jp_extra: bool = True) -> 
     if tokenizer is None or not hasattr(tokenizer, "tokenize"):
         raise TypeError("g2p needs the language's BERT tokenizer (an object with .tokenize)")
     if language == "JP":
-        from . import japanese
-
         return japanese.g2p(norm_text, tokenizer, use_jp_extra=use_jp_extra)
     if language == "EN":
-        from . import english
-
         return english.g2p(norm_text, tokenizer)
     raise UnsupportedLanguageError(
         "SBV2's Chinese front end is not built in voxserve (only JP and EN): see docs/sbv2.md")
@@ -109,8 +102,6 @@ def sentence_text(text: str, language: str, tokenizer, use_jp_extra: bool = True
     language = check_language(language)
     norm = normalize_text(text, language)
     if language == "JP":
-        from . import japanese
-
         phones, tones, word2ph, words = japanese.g2p_words(norm, tokenizer, use_jp_extra=use_jp_extra)
         bert_text = "".join(words)
     else:

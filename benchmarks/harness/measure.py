@@ -34,6 +34,8 @@ from typing import Any
 from .arms import ENGINES, Arm, ArmSpec, Output, Sentence, make_arm
 
 MB = 1024 * 1024
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The benchmarks/ folder, which holds this package (the probe's child imports it from there)."""
 
 
 @dataclass(frozen=True)
@@ -185,14 +187,16 @@ def probe_main(request: Mapping[str, Any]) -> dict:
 
 
 def run_probe(request: Mapping[str, Any], timeout_s: float = 600.0) -> dict:
-    """probe_main in a child process (`python -m voxserve.bench.probe`)."""
+    """probe_main in a child process (`python -m harness.probe`, benchmarks/ on its path)."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (BENCHMARKS, env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "voxserve.bench.probe"],
+        [sys.executable, "-m", "harness.probe"],
         input=json.dumps(request),
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env=os.environ.copy(),
+        env=env,
     )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]

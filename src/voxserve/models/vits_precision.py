@@ -2,7 +2,7 @@
 
 The model runs stage by stage in each top-level submodule's own dtype (VitsModel casts at the
 stage boundaries). Inside every stage, LayerNorm statistics and attention softmax are always
-computed in fp32 (families/piper/model.py), whatever the storage dtype.
+computed in fp32 (models/vits.py), whatever the storage dtype.
 
 `precision_report` (scripts/precision-report) measures each submodule in half precision
 against all-fp32; its table is in docs/precision.md. Half precision in the text encoder or the

@@ -1,19 +1,21 @@
-"""`voxserve bench`: speed and memory, side by side with Piper, in one run.
+"""The benchmark harness: speed and memory of configurations ("arms") side by side with Piper,
+in one run, and the report of docs/benchmarks.md. A developer's laboratory, outside the product
+(`voxserve bench` sizes a user's hardware; this compares builds and settings).
 
 Three suites (suites.py), each over arms from one configuration table (arms.py):
 1. batching: n = 1, 2, 4, 8, 16 sentences, sequential vs one batch (latency, speed-up, memory);
 2. configs: every configuration at batch 1 and 8 (latency, RTF, throughput, memory);
 3. stream: time to first audio and total time for short, medium and long texts.
-Every figure is also a ratio to the Piper reference measured in the same run.
+Every figure is also a ratio to the Piper reference measured in the same run. Other families'
+suites are benchmarks/bench_<name>.py (`--suites sbv2`).
 
-    voxserve bench --quick                      # the main rows only
-    voxserve bench --json out.json --plot plots/
-    voxserve bench --markdown docs/benchmarks.md --plot docs/benchmarks   # refresh the docs
-    voxserve bench --device cuda --out $OUT     # report.md + bench.json + PNGs
+    python benchmarks/bench.py --quick                      # the main rows only
+    python benchmarks/bench.py --json out.json --plot plots/
+    python benchmarks/bench.py --markdown docs/benchmarks.md --plot docs/benchmarks   # refresh the docs
+    python benchmarks/bench.py --device cuda --out $OUT     # report.md + bench.json + PNGs
 
 Library: `run_bench(BenchSettings(...)) -> dict`, `render_markdown(result)`, `write_plots(result, dir)`.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -38,7 +40,9 @@ __all__ = [
     "SchemaError",
     "Suite",
     "add_parser",
+    "build_parser",
     "cmd_bench",
+    "main",
     "plan",
     "register_engine",
     "register_suite",
@@ -248,7 +252,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         if ns.dry_run:
             print(_print_plan(plan(settings)))
             return 0
-        command = "voxserve " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
+        command = "python " + " ".join(shlex.quote(a) for a in sys.argv) if sys.argv[1:] else None
         result = run_bench(settings, progress=ns.progress, command=command)
         validate_result(result)
     out = Path(ns.out) if ns.out else None
@@ -281,3 +285,20 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     measured = [a for a in result["arms"] if a["engine"] != "piper" and a["status"] == "ok"]
     measured += [s for s in result["suites"].values() if isinstance(s, dict) and s.get("measured")]
     return 0 if measured else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The harness's flags, under a "bench" subcommand (as benchmarks/bench_bark.py extends them)."""
+    top = argparse.ArgumentParser(prog="bench.py")
+    add_parser(top.add_subparsers(dest="command"))
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    """argv: the harness's flags (a leading "bench" is optional): `python benchmarks/bench.py`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return cmd_bench(build_parser().parse_args(argv if argv[:1] == ["bench"] else ["bench", *argv]))
+    except (ValueError, OSError) as e:
+        print(f"bench: error: {e}", file=sys.stderr)
+        return 2

@@ -2,7 +2,7 @@
 into a JSON section; report.py and plots.py render the built-in sections.
 
 Extension point (e.g. a Bark suite, in a module such as benchmarks/bench_bark.py, which
-`voxserve.bench` imports when it exists):
+the harness imports when it is asked for):
 
     class BarkArm(arms.Arm):            # open / prepare / run_batch / run_sequential / stream
         ...
@@ -26,7 +26,7 @@ Extension point (e.g. a Bark suite, in a module such as benchmarks/bench_bark.py
         def check(self, result, section, problems):  # optional: its section's JSON checks
             ...
 
-`voxserve bench --suites batching,configs,stream,bark` then measures it in the same run, with
+`python benchmarks/bench.py --suites batching,configs,stream,bark` then measures it in the same run, with
 the same clocks, memory probes, time budget and JSON checks. An arm a suite adds runs only that
 suite's tasks (ArmSpec.suite, set by the runner); ArmSpec.runs gives it its own number of timed
 rounds. benchmarks/bench_bark.py is a real one.
@@ -142,9 +142,8 @@ def register_suite(cls: type[Suite]) -> type[Suite]:
     return cls
 
 
-CHECKOUT_BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
-"""A source checkout's benchmarks/ (absent from an installed wheel): developers' suites of other
-families live there, as bench_<name>.py, not in the product."""
+CHECKOUT_BENCHMARKS = Path(__file__).resolve().parents[1]
+"""benchmarks/: the suites of other families live there, as bench_<name>.py."""
 
 
 def find_suite(name: str) -> type[Suite] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "corpus" / "en_bench.jsonl"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "en_bench.jsonl"
 SENTENCE_CATEGORIES = ("short", "medium")
 """Categories whose sentences make the batching pool (in corpus order)."""
 

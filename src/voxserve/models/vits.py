@@ -770,7 +770,7 @@ class VitsModel(nn.Module):
         ids [B, T] int64, lengths [B], g [B, gin, 1] | None,
         dur_noise [B, 2, T] (standard normal x noise_w; zeros = deterministic), length_scale [B].
         Returns m_p, logs_p [B, C, T], x_mask [B, 1, T], durations [B, T] (frames, float).
-        Each submodule runs in its own parameters' dtype (see families/piper/precision.py).
+        Each submodule runs in its own parameters' dtype (see models/vits_precision.py).
         """
         enc_dt, dp_dt = dtype_of(self.enc_p), dtype_of(self.dp)
         x_mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(enc_dt)

@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
+from voxserve import SynthesisOptions, load_voice, resolve_voice
+from voxserve.families.piper.cache import file_sha256
+
 from .arms import (
     ENGINES,
     FAILED,
@@ -34,7 +37,7 @@ from .machine import load_average, machine_info
 from .measure import Task, execute, memory_entry, prepare, probe_request, run_probe
 from .suites import SUITES, Context, Results, checkout_suites, cuda_memory, find_suite
 
-log = logging.getLogger("voxserve.bench")
+log = logging.getLogger("harness")
 SCHEMA = "voxserve.bench/1"
 
 
@@ -149,8 +152,6 @@ def resolve_device(device: str) -> str:
 def _context(
     settings: BenchSettings, device: str, arms: Sequence[ArmSpec] | None = None
 ) -> tuple[Context, list]:
-    from .. import SynthesisOptions, load_voice
-
     corpus = load_corpus(settings.corpus)
     suites = [SUITES[n]() for n in settings.suites]
     front = load_voice(settings.voice, device="cpu")  # the front end of the pool (CPU, fp32)
@@ -259,7 +260,7 @@ class _Progress:
             file=sys.stderr,
             disable=not self.bar_on,
             dynamic_ncols=True,
-            desc="voxserve bench",
+            desc="bench",
         )
         self.t0 = time.perf_counter()
 
@@ -586,15 +587,11 @@ def _memory_probes(ctx, probes, res, bar, notes, over) -> None:
 
 
 def _voice_info(voice: str | None, res: Results) -> dict:
-    from ..voices.registry import resolve_voice
-
     src = resolve_voice(voice)
     info = {"name": src.name, "family": src.family, "file": src.path.name}
     try:
-        from ..families.piper.cache import file_sha256
-
         info["sha256"] = file_sha256(src.path)[:16]  # which voice file, exactly
-    except (OSError, ImportError):
+    except OSError:
         pass
     try:
         import json

@@ -8,6 +8,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+import voxserve
+
 
 def _version(dist: str) -> str | None:
     try:
@@ -40,7 +42,7 @@ def memory_total_gb() -> float | None:
 
 def git_commit() -> str | None:
     """The source tree's commit (+ '-dirty'), when running from a checkout."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
     try:
@@ -71,12 +73,7 @@ def load_average() -> list[float] | None:
 
 def _source_version() -> str | None:
     """voxserve's version when it runs from a source tree that was not installed."""
-    try:
-        from .. import __version__
-
-        return f"{__version__} (source)"
-    except ImportError:  # pragma: no cover
-        return None
+    return f"{voxserve.__version__} (source)"
 
 
 def machine_info() -> dict:

@@ -24,6 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from voxserve import SynthesisOptions, resolve_voice
+from voxserve.families.piper.loader import load_piper_voice
+from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
+from voxserve.voice import sentence_seed
+
 OK, UNAVAILABLE, FAILED, SKIPPED = "ok", "unavailable", "failed", "skipped"
 
 
@@ -76,7 +81,7 @@ def _arm(name, label, **kw) -> ArmSpec:
 # CPU: the voxserve back end at all cores and at one thread, and its bf16 decoder (native on
 # AVX512-BF16/AMX CPUs); Piper's ONNX Runtime session at its default threads (the reference) and
 # at one thread. Each CPU speed feature switched off, one at a time, is a developer's A/B:
-# benchmarks/bench_cpu_features.py (`voxserve bench --suites cpu_features` in a checkout).
+# benchmarks/bench_cpu_features.py (`python benchmarks/bench.py --suites cpu_features`).
 CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm("vox-cpu", "voxserve torch fp32, defaults", primary=True, stream=True),
     _arm("vox-cpu-bf16", "voxserve, decoder in bf16", dtype="bf16", stream=True),
@@ -190,8 +195,6 @@ def arms_for(device: str, quick: bool = False, names: Sequence[str] | None = Non
 
 # ---------------------------------------------------------------------------- availability
 def runtime_fields() -> set[str]:
-    from ..families.piper.options import PiperRuntimeOptions, Transforms
-
     return {f.name for cls in (PiperRuntimeOptions, Transforms) for f in dataclasses.fields(cls)}
 
 
@@ -206,15 +209,15 @@ def availability(spec: ArmSpec) -> str | None:
 def quick_skip(spec: ArmSpec) -> str | None:
     """Why --quick leaves `spec` out on this machine (None: it runs): an arm whose precision this
     CPU only emulates measures the emulation, minutes for a figure no user of this CPU would
-    pick. The full `voxserve bench` runs it anyway."""
+    pick. The full run measures it anyway."""
     if spec.device != "cpu" or spec.dtype not in ("bf16", "bfloat16"):
         return None
-    from ..runtime.device import cpu_has_native_bf16
+    from voxserve.runtime.device import cpu_has_native_bf16  # looked up per call (tests replace it)
 
     if cpu_has_native_bf16():
         return None
     return ("this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 would be emulated, several "
-            "times slower than fp32; `voxserve bench` without --quick measures it anyway")
+            "times slower than fp32; a run without --quick measures it anyway")
 
 
 def _torch_cuda() -> bool:
@@ -366,12 +369,6 @@ class VoxserveArm(Arm):
     def open(self) -> None:
         import torch
 
-        from ..families.piper.loader import load_piper_voice
-        from ..families.piper.options import PiperRuntimeOptions, Transforms
-        from ..options import SynthesisOptions
-        from ..runtime.cpu import in_passing_thread
-        from ..voices.registry import resolve_voice
-
         default_threads()
         self.activate()
         before = torch.cuda.memory_allocated() if self.is_cuda else None
@@ -379,9 +376,8 @@ class VoxserveArm(Arm):
         runtime = PiperRuntimeOptions(**{k: v for k, v in self.spec.runtime.items() if k not in switches})
         transforms = Transforms(**{k: v for k, v in self.spec.runtime.items() if k in switches})
         src = resolve_voice(self.voice_name)
-        self.voice = in_passing_thread(load_piper_voice, src.path, src.config_path, name=src.name,
-                                       device=self.spec.device, dtype=self.spec.dtype, runtime=runtime,
-                                       transforms=transforms)  # as load_voice loads
+        self.voice = load_piper_voice(src.path, src.config_path, name=src.name, device=self.spec.device,
+                                      dtype=self.spec.dtype, runtime=runtime, transforms=transforms)  # as load_voice loads
         self.options = SynthesisOptions(seed=self.seed)
         self.sample_rate = self.voice.sample_rate
         self.device = torch.device(self.spec.device)
@@ -438,9 +434,6 @@ class VoxserveArm(Arm):
     def reseed(self, prepared, seed):
         # new noise -> new durations -> new frame counts: every run meets the shapes a server
         # meets (per-shape kernel creation included), not the ones the warm-up already made
-        from ..options import SynthesisOptions
-        from ..voice import sentence_seed
-
         self.options = SynthesisOptions(seed=seed)
         if prepared is None:
             return None
@@ -492,8 +485,6 @@ class PiperArm(Arm):
         import onnxruntime
         from piper import PiperVoice
         from piper.config import PiperConfig
-
-        from ..voices.registry import resolve_voice
 
         src = resolve_voice(self.voice_name)
         config_path = src.config_path or src.path.with_name(src.path.name + ".json")
