@@ -18,6 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from ..engine.engine import EngineConfig
+from ..families import runtime_fields, runtime_options
 from ..limits import Limits
 from ..voices.registry import DEFAULT_VOICE
 
@@ -101,8 +102,6 @@ class ServeSettings:
         self.http.validate()
         self.engine.validate()
         self.limits.validate()
-        from ..families import runtime_fields
-
         known = runtime_fields()
         for name in self.runtime:
             if name not in known:
@@ -114,8 +113,6 @@ class ServeSettings:
 
     def runtime_options(self, family):
         """A family's runtime options (its `options_type`) from `runtime`."""
-        from ..families import runtime_options
-
         return runtime_options(family, **{k: v for k, v in self.runtime.items() if v is not None})
 
     @classmethod
@@ -267,8 +264,6 @@ def _walk(cls: type, path: tuple[str, ...]):
 def settings() -> list[Setting]:
     """Every leaf a user sets, in tree order: the server's, then each family's runtime options
     (a name that several families share is one setting)."""
-    from ..families import runtime_fields
-
     out = list(_walk(ServeSettings, ()))
     for name, pairs in runtime_fields().items():
         fam, f = pairs[0]
