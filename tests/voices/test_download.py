@@ -230,3 +230,22 @@ def test_install_dir_outside_the_search_path_is_pointed_out(tiny_files, tmp_path
         assert download(repo.url, dest, NAME) == 0
     assert "VOXSERVE_VOICES_PATH" in capsys.readouterr().err
     shutil.rmtree(dest)
+
+
+def test_server_refuses_an_unknown_voice_saying_how_to_fetch_it(tmp_path, monkeypatch, capsys):
+    from fastapi.testclient import TestClient
+    from serve_fakes import FakeVoice
+
+    from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+    from voxserve.serve.app import AppConfig, create_app
+
+    monkeypatch.setenv("VOXSERVE_VOICES_PATH", str(tmp_path))
+    # at startup: the voice named on the command line
+    assert main(["serve", "--voice", "en_US-nobody-low", "--host", "127.0.0.1", "--port", "0"]) == EXIT_USAGE
+    assert "voxserve voices download en_US-nobody-low" in capsys.readouterr().err
+    # per request: the 404's message
+    eng = Engine([FakeVoice(sample_rate=16000)], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+    with TestClient(create_app(eng, AppConfig(warmup=False, shutdown_timeout_s=5))) as c:
+        r = c.post("/v1/audio/speech", json={"model": "tts-1", "input": "Hi.", "voice": "en_US-nobody-low"})
+    assert r.status_code == 404
+    assert "voxserve voices download en_US-nobody-low" in r.json()["error"]["message"]
