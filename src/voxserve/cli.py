@@ -244,7 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("-o", "--output", default=None,
                      help=f"output file, '-' for stdout (default {DEFAULT_OUTPUT}, which is not replaced if it "
                           f"exists: give -o {DEFAULT_OUTPUT} for that)")
-    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, bark:DIR (a local Bark checkpoint) or sbv2:DIR (a Style-Bert-VITS2 model folder; with --bert-dir) (default en_US-joe-medium)")
+    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx (or piper:PATH), bark:DIR (a local Bark checkpoint), "
+                                                "sbv2:DIR (a Style-Bert-VITS2 model folder; with --bert-dir) or cosyvoice2:DIR "
+                                                "(a CosyVoice 2 model folder) (default en_US-joe-medium)")
     say.add_argument("--format", choices=SAY_FORMATS,
                      help="default: from -o's extension (opus at a voice rate Opus has not is resampled to 48 kHz)")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
@@ -276,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(families that clone voices: CosyVoice 2)")
     add.add_argument("name", help="the new voice's name (letters, digits, _ . -)")
     add.add_argument("--model", required=True, help="the model the voice speaks with, e.g. cosyvoice2:DIR")
-    add.add_argument("--prompt-wav", required=True, help="a recording of the speaker, 3-30 s (WAV, FLAC, OGG)")
+    add.add_argument("--prompt-wav", required=True, help="a recording of the speaker, 0.5-30 s for CosyVoice 2 (WAV, FLAC, OGG)")
     add.add_argument("--prompt-text", required=True, help="what the recording says, word for word")
     add.add_argument("--dir", default=None, help="the voice folder to save it in (default: the user voice "
                                                  "folder, ~/.local/share/voxserve/voices)")
