@@ -267,10 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     voices = sub.add_parser("voices", help="list the voices that can load and where they are looked for; "
                                            "`voices download`: fetch voices by name; `voices add`: save a "
-                                           "voice from a recording",
-                            epilog="exit status: 0 done; 2 bad input (a malformed or unknown voice name, a bad "
-                                   "URL); 1 a failure (network, HTTP error, a file that fails its size or "
-                                   "digest check or does not load: nothing of that voice is installed)")
+                                           "voice from a recording")
     voices.add_argument("--json", action="store_true")
     voices.set_defaults(func=cmd_voices)
     vsub = voices.add_subparsers(dest="voices_command")
@@ -285,7 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     add.set_defaults(func=cmd_voices_add)
     dl = vsub.add_parser("download", help="fetch voices by name from their public voice repository "
                                           "(Piper voices: huggingface.co/rhasspy/piper-voices), verified, "
-                                          "into the user voice folder")
+                                          "into the user voice folder",
+                         epilog="exit status: 0 done; 2 bad input (a malformed or unknown voice name, a bad "
+                                "URL: for a malformed name nothing is fetched); 1 a failure (the network, an "
+                                "HTTP error, a file that fails its size or digest check or does not load: "
+                                "nothing of that voice is installed)")
     dl.add_argument("names", nargs="+", metavar="NAME", help="a voice's name, e.g. en_US-lessac-medium")
     dl.add_argument("--dir", default=None, help="the voice folder to install into (default: the user voice "
                                                 "folder, ~/.local/share/voxserve/voices)")
