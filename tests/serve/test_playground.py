@@ -157,6 +157,11 @@ def test_encode_route_encodes_exactly_the_samples_sent(client):
     got, got_rate = _decoded(r.content)
     # the encoder's delay and last frame's padding: under two mp3 frames (1152 samples each)
     assert got_rate == rate and 0 <= len(got) - len(samples) < 2 * 1152, (len(got), len(samples))
+    # opus at a rate Opus has not: resampled to 48 kHz, the same duration
+    r = client.post("/v1/audio/encode?response_format=opus", content=_wav(samples, rate), headers=WAV)
+    assert r.status_code == 200 and r.headers["x-sample-rate"] == "48000"
+    got, got_rate = _decoded(r.content)
+    assert got_rate == 48000 and abs(len(got) / 48000 - len(samples) / rate) < 0.03, len(got)
 
 
 def test_encode_route_refuses_what_is_not_its_audio(client):
