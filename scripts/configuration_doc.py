@@ -40,7 +40,7 @@ WHEN = {
                "engine (docs/serving.md, \"Home Assistant (Wyoming)\"); needs the `wyoming` extra. The protocol has "
                "no authentication: keep it on loopback or a trusted network.",
     "voices": "The voices to load (`--voice [NAME=]SOURCE`, repeatable; `VOXSERVE_VOICES=a,b`): a registry name, "
-              "`bark:DIR`, `sbv2:DIR`, `cosyvoice2:DIR`, a Piper `.onnx` path; `NAME=` chooses the name requests "
+              "`bark:DIR`, `sbv2:DIR`, `cosyvoice2:DIR`, a Piper `.onnx` path (or `piper:PATH`); `NAME=` chooses the name requests "
               "use. The first is the default voice.",
     "device": "`auto` is CUDA if present, else CPU. `cpu` to keep a GPU free, `cuda:N` to choose a GPU.",
     "dtype": "None is fp32. `bf16` on a CPU with AVX512-BF16 or AMX, or on CUDA (more throughput; see "

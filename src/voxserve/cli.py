@@ -138,16 +138,47 @@ def cmd_say(ns: argparse.Namespace) -> int:
 def cmd_voices(ns: argparse.Namespace) -> int:
     import json
 
-    from .voices.registry import voice_sources
+    from .voices.registry import DEFAULT_VOICE, search_dirs, voice_sources
 
-    infos = [s.describe() for _, s in sorted(voice_sources().items())]
+    infos = [s.describe() | {"default": name == DEFAULT_VOICE} for name, s in sorted(voice_sources().items())]
     if ns.json:
         print(json.dumps(infos, indent=2))
         return 0
     for info in infos:
         speakers = info.get("speakers") or []
         extra = f"  {len(speakers)} speakers" if speakers else ""
-        print(f"{info['name']:<28} {','.join(info.get('languages') or ()):<8} {info.get('sample_rate', '')!s:>6} Hz{extra}  {info['path']}")
+        mark = "*" if info["default"] else " "
+        print(f"{mark} {info['name']:<28} {','.join(info.get('languages') or ()):<8} "
+              f"{info.get('sample_rate', '')!s:>6} Hz{extra}  {info['path']}")
+    print(f"\n* the default voice ({DEFAULT_VOICE}).\nVoice folders searched, in order of precedence "
+          f"($VOXSERVE_VOICES_PATH's, then the user's; installed voice packages come last):")
+    for d in search_dirs():
+        print(f"  {d}{'' if d.is_dir() else '  (not there)'}")
+    print("Fetch a voice by name: voxserve voices download NAME")
+    return 0
+
+
+def cmd_voices_download(ns: argparse.Namespace) -> int:
+    from .families import families, family_for_download
+    from .voices.download import check_base_url
+    from .voices.registry import search_dirs, user_voice_dir
+
+    base_url = check_base_url(ns.base_url) if ns.base_url else None
+    plan = []
+    for name in ns.names:  # every name checked before anything is fetched
+        fam = family_for_download(name)
+        if fam is None:
+            examples = ", ".join(f"{f.download.example} (a {f.name} voice)" for f in families().values() if f.download)
+            raise ValueError(f"{name!r} is not written as any voice repository names its voices: {examples}")
+        plan.append((name, fam))
+    folder = Path(ns.dir).expanduser() if ns.dir else user_voice_dir()
+    for name, fam in plan:
+        path, fetched = fam.download.fetch(name, folder, base_url, force=ns.force)
+        print(f"{name}: {'downloaded and verified' if fetched else 'installed already (--force fetches it again)'}: "
+              f"{path}", file=sys.stderr)
+    if folder.resolve() not in [d.expanduser().resolve() for d in search_dirs()]:
+        print(f"note: {folder} is not a voice folder voxserve searches: add it to VOXSERVE_VOICES_PATH",
+              file=sys.stderr)
     return 0
 
 
@@ -179,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("-o", "--output", default=None,
                      help=f"output file, '-' for stdout (default {DEFAULT_OUTPUT}, which is not replaced if it "
                           f"exists: give -o {DEFAULT_OUTPUT} for that)")
-    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx, bark:DIR (a local Bark checkpoint) or sbv2:DIR (a Style-Bert-VITS2 model folder; with --bert-dir) (default en_US-joe-medium)")
+    say.add_argument("--voice", default=None, help="voice name, path to a Piper .onnx (or piper:PATH), bark:DIR (a local Bark checkpoint), "
+                                                "sbv2:DIR (a Style-Bert-VITS2 model folder; with --bert-dir) or cosyvoice2:DIR "
+                                                "(a CosyVoice 2 model folder) (default en_US-joe-medium)")
     say.add_argument("--format", choices=SAY_FORMATS,
                      help="default: from -o's extension (opus at a voice rate Opus has not is resampled to 48 kHz)")
     say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
@@ -199,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     options_args(say)
     say.set_defaults(func=cmd_say)
 
-    voices = sub.add_parser("voices", help="list the voices that can load; `voices add`: save a voice from a recording")
+    voices = sub.add_parser("voices", help="list the voices that can load and where they are looked for; "
+                                           "`voices download`: fetch voices by name; `voices add`: save a "
+                                           "voice from a recording")
     voices.add_argument("--json", action="store_true")
     voices.set_defaults(func=cmd_voices)
     vsub = voices.add_subparsers(dest="voices_command")
@@ -207,11 +242,25 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(families that clone voices: CosyVoice 2)")
     add.add_argument("name", help="the new voice's name (letters, digits, _ . -)")
     add.add_argument("--model", required=True, help="the model the voice speaks with, e.g. cosyvoice2:DIR")
-    add.add_argument("--prompt-wav", required=True, help="a recording of the speaker, 3-30 s (WAV, FLAC, OGG)")
+    add.add_argument("--prompt-wav", required=True, help="a recording of the speaker, 0.5-30 s for CosyVoice 2 (WAV, FLAC, OGG)")
     add.add_argument("--prompt-text", required=True, help="what the recording says, word for word")
     add.add_argument("--dir", default=None, help="the voice folder to save it in (default: the user voice "
                                                  "folder, ~/.local/share/voxserve/voices)")
     add.set_defaults(func=cmd_voices_add)
+    dl = vsub.add_parser("download", help="fetch voices by name from their public voice repository "
+                                          "(Piper voices: huggingface.co/rhasspy/piper-voices), verified, "
+                                          "into the user voice folder",
+                         epilog="exit status: 0 done; 2 bad input (a malformed or unknown voice name, a bad "
+                                "URL: for a malformed name nothing is fetched); 1 a failure (the network, an "
+                                "HTTP error, a file that fails its size or digest check or does not load: "
+                                "nothing of that voice is installed)")
+    dl.add_argument("names", nargs="+", metavar="NAME", help="a voice's name, e.g. en_US-lessac-medium")
+    dl.add_argument("--dir", default=None, help="the voice folder to install into (default: the user voice "
+                                                "folder, ~/.local/share/voxserve/voices)")
+    dl.add_argument("--base-url", default=None, metavar="URL",
+                    help="a mirror of the repository, with the same layout (http or https)")
+    dl.add_argument("--force", action="store_true", help="download a voice again even if it is installed there")
+    dl.set_defaults(func=cmd_voices_download)
 
     for module in (serve_cli, bench, loadtest):
         module.add_parser(sub)

@@ -49,10 +49,14 @@ class AudioTooLongError(InvalidInputError):
 class UnknownVoiceError(VoxserveError, LookupError):
     """No voice of that name (HTTP 404)."""
 
-    def __init__(self, name: str, available: Sequence[str]) -> None:
+    def __init__(self, name: str, available: Sequence[str], hint: str = "", list_available: bool = True) -> None:
+        """hint: where such a voice may come from (`voxserve voices download NAME`); with
+        list_available False the message leaves out `available` (a repository's hundreds)."""
         self.name, self.available = name, list(available)
-        listed = ", ".join(self.available) if self.available else "none"
-        super().__init__(f"unknown voice {name!r}; available voices: {listed}")
+        message = f"unknown voice {name!r}"
+        if list_available:
+            message += f"; available voices: {', '.join(self.available) if self.available else 'none'}"
+        super().__init__(message + (f"; {hint}" if hint else ""))
 
     def __str__(self) -> str:  # LookupError would repr() the message
         return self.args[0]

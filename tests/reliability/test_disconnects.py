@@ -45,16 +45,27 @@ ROUTES = {  # name: (path, body for a format, formats); flac on /v1/audio/speech
                          lambda f: {"text": TEXT, "voice": VOICE, "response_format": f} | LONG, FORMATS),
     "captioned": ("/v1/audio/captioned_speech", speech, FORMATS),
     "captioned_stream": ("/v1/audio/captioned_speech", lambda f: speech(f) | {"stream": True}, ("pcm", "wav")),
-    # the playground's download: its body (static/playground.js speechBody) and the formats the
-    # server encodes for it
-    "playground_download": ("/v1/audio/speech",
-                            lambda f: {"model": "voxserve", "input": TEXT, "voice": VOICE, "response_format": f,
-                                       "speed": 1} | LONG, ("mp3", "opus", "aac", "flac")),
+    # the playground's download: the WAV it played, sent back to be encoded (static/playground.js
+    # finish), in the formats the server encodes for it
+    "playground_download": ("/v1/audio/encode?response_format={fmt}", lambda f: played_wav(),
+                            ("mp3", "opus", "aac", "flac")),
 }
 WHOLE = {("synthesize_whole", f) for f in FORMATS} | {("captioned", f) for f in FORMATS} | {
-    ("speech", "flac"), ("playground_download", "flac")}
+    ("speech", "flac")} | {("playground_download", f) for f in FORMATS}
 """Answers sent whole once made: their client can leave only before the first byte."""
 POINTS = ("sent", "first_bytes", "mid_answer")
+
+
+def played_wav(seconds: float = 30.0, rate: int = 16000) -> bytes:
+    """What the playground sends to be encoded: a 16-bit mono WAV (here noise: every codec write
+    takes its full time)."""
+    import numpy as np
+
+    from voxserve.audio import wav_header
+
+    samples = (np.random.default_rng(0).standard_normal(int(seconds * rate)) * 3000).astype("<i2")
+    return wav_header(rate, len(samples)) + samples.tobytes()
+
 WHOLE_POINTS = ("sent", "mid_answer")
 
 
@@ -65,9 +76,10 @@ def _connect(port: int, reset: bool = False) -> socket.socket:
     return k
 
 
-def _http_request(path: str, body: dict) -> bytes:
-    data = json.dumps(body).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+def _http_request(path: str, body: dict | bytes) -> bytes:
+    """A JSON body, or bytes: a WAV (the encode route's)."""
+    data, media = (body, "audio/wav") if isinstance(body, bytes) else (json.dumps(body).encode(), "application/json")
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {media}\r\n"
             f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 
 
@@ -89,7 +101,7 @@ def _body_bytes(got: bytes) -> int:
     return len(rest) if sep else 0
 
 
-def leave_http(port: int, path: str, body: dict, point: str, whole: bool = False) -> None:
+def leave_http(port: int, path: str, body: dict | bytes, point: str, whole: bool = False) -> None:
     """One request whose client closes at `point`: 50 ms after sending it (the report's case),
     at its first body bytes, or mid-answer with a reset: 0.2 s after the first bytes (a whole
     answer: 0.3 s after sending, while it is being made)."""
@@ -142,7 +154,8 @@ def all_cases(s) -> list[tuple]:
     for name, (path, body, formats) in ROUTES.items():
         for fmt in formats:
             whole = (name, fmt) in WHOLE
-            cases += [(leave_http, s.port, path, body(fmt), point, whole) for point in (WHOLE_POINTS if whole else POINTS)]
+            cases += [(leave_http, s.port, path.format(fmt=fmt), body(fmt), point, whole)
+                      for point in (WHOLE_POINTS if whole else POINTS)]
     if s.wyoming_port is not None:
         cases += [(leave_wyoming, s.wyoming_port, streamed, point) for streamed in (False, True) for point in POINTS]
     return cases

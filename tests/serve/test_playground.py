@@ -101,7 +101,7 @@ def test_script_sets_no_html_and_calls_only_its_own_origin():
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in js, sink
     calls = re.findall(r"""api\(\s*["']([^"']+)["']""", js)
-    assert set(calls) == {"v1/voices", "v1/audio/captioned_speech", "v1/audio/speech"}
+    assert set(calls) == {"v1/voices", "v1/audio/captioned_speech", "v1/audio/speech", "v1/audio/encode?response_format="}
     assert not re.search(r"https?://", js)  # relative URLs only (fetch goes through api())
     assert js.count("fetch(") == 1
 
@@ -114,6 +114,94 @@ def test_page_and_assets_need_no_key_and_the_api_keeps_it():
         assert c.get("/static/nope.js").status_code == 401  # not an asset: not public
         assert c.post("/v1/synthesize", json={"text": "Hello."}).status_code == 401
         assert c.get("/v1/voices", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+WAV = {"Content-Type": "audio/wav"}  # as the page sends it (a body with no type is taken for JSON)
+
+
+def _wav(samples, rate: int) -> bytes:
+    from voxserve.audio import wav_header
+
+    return wav_header(rate, len(samples)) + samples.astype("<i2").tobytes()
+
+
+def _decoded(data: bytes):
+    import io
+
+    import soundfile as sf
+
+    return sf.read(io.BytesIO(data), dtype="int16")
+
+
+def test_encode_route_encodes_exactly_the_samples_sent(client):
+    """What the playground's download of a played text goes through: the samples it received,
+    encoded; lossless formats give them back sample for sample, lossy ones at the same length."""
+    import numpy as np
+
+    from voxserve.audio import float_to_int16
+    from voxserve.serve.encode import int16_to_float
+
+    every = np.arange(-32767, 32768, dtype=np.int16)  # every sample value a stream can hold
+    np.testing.assert_array_equal(float_to_int16(int16_to_float(every)), every)
+    rng = np.random.default_rng(0)
+    rate = 22050
+    samples = (rng.standard_normal(int(rate * 3.3)) * 6000).clip(-32767, 32767).astype(np.int16)
+    for fmt in ("wav", "flac", "pcm"):
+        r = client.post(f"/v1/audio/encode?response_format={fmt}", content=_wav(samples, rate), headers=WAV)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-sample-rate"] == str(rate)
+        got = np.frombuffer(r.content, "<i2") if fmt == "pcm" else _decoded(r.content)[0]
+        np.testing.assert_array_equal(got, samples, err_msg=fmt)
+    r = client.post("/v1/audio/encode?response_format=mp3", content=_wav(samples, rate), headers=WAV)
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+    got, got_rate = _decoded(r.content)
+    # the encoder's delay and last frame's padding: under two mp3 frames (1152 samples each)
+    assert got_rate == rate and 0 <= len(got) - len(samples) < 2 * 1152, (len(got), len(samples))
+    # opus at a rate Opus has not: resampled to 48 kHz, the same duration
+    r = client.post("/v1/audio/encode?response_format=opus", content=_wav(samples, rate), headers=WAV)
+    assert r.status_code == 200 and r.headers["x-sample-rate"] == "48000"
+    got, got_rate = _decoded(r.content)
+    assert got_rate == 48000 and abs(len(got) / 48000 - len(samples) / rate) < 0.03, len(got)
+
+
+def test_encode_route_refuses_what_is_not_its_audio(client):
+    import numpy as np
+
+    from voxserve.serve.encode import MAX_SECONDS
+
+    def post(body, fmt="mp3"):
+        r = client.post(f"/v1/audio/encode?response_format={fmt}", content=body, headers=WAV)
+        return r.status_code, r.json()["error"]["message"]
+
+    one = np.zeros(1600, np.int16)
+    assert post(_wav(one, 16000), "xyz")[0] == 400
+    assert post(b"RIFF not really a wav file")[0] == 400
+    stereo = bytearray(_wav(np.zeros(3200, np.int16), 16000))
+    stereo[22] = 2  # channels
+    assert post(bytes(stereo)) == (400, "the audio must be 16-bit mono PCM WAV, not 2 channel(s) of 16-bit samples")
+    assert post(_wav(one, 96000))[0] == 400
+    cut = _wav(one, 16000)[:-100]
+    assert post(cut)[0] == 400
+    # a header that claims more than MAX_SECONDS is refused before anything is encoded
+    long_header = bytearray(_wav(one, 8000))
+    n = int(MAX_SECONDS * 8000) + 8000
+    long_header[40:44] = (2 * n).to_bytes(4, "little")
+    status, message = post(bytes(long_header))
+    assert status == 413 and "the limit" in message
+    with fake_client(api_key=KEY) as c:  # an API route: the key applies
+        assert c.post("/v1/audio/encode?response_format=mp3", content=_wav(one, 16000), headers=WAV).status_code == 401
+
+
+def test_encode_route_takes_bodies_over_the_server_body_limit(client):
+    """Minutes of audio are over the 1 MiB body limit of the JSON routes."""
+    import numpy as np
+
+    samples = np.zeros(16000 * 60, np.int16)  # 1 min at 16 kHz: 1.9 MB
+    body = _wav(samples, 16000)
+    assert len(body) > AppConfig().max_body_bytes
+    r = client.post("/v1/audio/encode?response_format=flac", content=body, headers=WAV)
+    assert r.status_code == 200 and len(_decoded(r.content)[0]) == len(samples)
+    assert client.post("/v1/synthesize", content=body, headers={"Content-Type": "application/json"}).status_code == 413
 
 
 def test_page_requests_are_counted_under_their_route(client):
@@ -294,17 +382,53 @@ def download(page) -> bytes:
     return Path(d.value.path()).read_bytes()
 
 
-def test_page_downloads_other_formats_from_the_server(joe_server, browser):
+def played(page):
+    """The samples the page played (its Player: what went to Web Audio) and their rate (the
+    page's CSP keeps even its own blob: URLs from fetch)."""
+    import base64
+
+    import numpy as np
+
+    b64, rate = page.evaluate("""() => {
+        const bytes = new Uint8Array(session.player.samples().buffer);
+        let s = '';
+        for (let i = 0; i < bytes.length; i += 8192) s += String.fromCharCode(...bytes.subarray(i, i + 8192));
+        return [btoa(s), session.player.sampleRate];
+    }""")
+    return np.frombuffer(base64.b64decode(b64), np.int16), rate
+
+
+@pytest.mark.parametrize("fmt", ["flac", "mp3"])
+def test_page_downloads_exactly_the_audio_it_played(fmt, joe_server, browser):
+    """The download in another format is the samples played, encoded (not the text synthesised
+    again, which gave 7.05 s of mp3 for 6.88 s heard): flac sample for sample, mp3 at the same
+    length but for the codec's padding."""
+    import numpy as np
+
     page = browser.page
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
     page.goto(joe_server.url, wait_until="load")
     page.wait_for_function("() => document.querySelectorAll('#voice option').length > 0")
-    page.fill("#text", "Short and sweet.")
-    page.select_option("#format", "flac")
+    page.fill("#text", "Short and sweet. Then a second sentence, a little longer than the first.")
+    page.select_option("#format", fmt)
     page.click("#speak")
     page.wait_for_function("() => !document.getElementById('download').hidden", timeout=120_000)
-    assert page.get_attribute("#download", "download") == "speech.flac"
+    assert page.get_attribute("#download", "download") == f"speech.{fmt}"
     assert page.get_attribute("#download", "href").startswith("blob:")
-    assert download(page)[:4] == b"fLaC"
+    heard, rate = played(page)
+    assert len(heard) > rate  # over a second
+    data = download(page)
+    got, got_rate = _decoded(data)
+    assert got_rate == rate
+    if fmt == "flac":
+        assert data[:4] == b"fLaC"
+        np.testing.assert_array_equal(got, heard)
+    else:
+        assert 0 <= len(got) - len(heard) < 2 * 1152, (len(got), len(heard))
+    # one synthesis: the download encoded what was played
+    assert sum(u.endswith(("/v1/audio/speech", "/v1/audio/captioned_speech")) for u in requests) == 1, requests
+    assert any(f"/v1/audio/encode?response_format={fmt}" in u for u in requests), requests
     assert browser.console_errors() == []
 
 

@@ -67,6 +67,25 @@ class LoadOption:
 
 
 @dataclass(frozen=True)
+class VoiceDownload:
+    """How a family fetches voices by name from its public voice repository (`voxserve voices
+    download NAME`)."""
+
+    base_url: str
+    """The repository's address; `--base-url` names a mirror with the same layout."""
+    matches: Callable[[str], bool]
+    """matches(name) -> whether `name` is written as this repository's voices are."""
+    example: str
+    """A voice name there, for messages (`en_US-lessac-medium`)."""
+    fetch: Callable[..., tuple[Path, bool]]
+    """fetch(name, folder, base_url, force=False) -> (the installed voice's path, whether it was
+    fetched): downloaded into `folder`, verified (sizes, digests, the voice loads) before it is
+    renamed into place; one installed there already is kept (False) unless `force`. Raises
+    ValueError for a malformed name, UnknownVoiceError for a name the repository lacks,
+    voxserve.voices.download.DownloadError for a network failure or a file that fails a check."""
+
+
+@dataclass(frozen=True)
 class Family:
     """What a family tells generic code about itself."""
 
@@ -108,6 +127,8 @@ class Family:
     """add_voice(model: VoiceSource, name, prompt_wav: Path, prompt_text: str, folder: Path) ->
     the saved voice's path: a voice made from a recording and its transcript (zero-shot
     families), which `scan` then finds in `folder` (`voxserve voices add`)."""
+    download: VoiceDownload | None = None
+    """Where its voices can be fetched by name (`voxserve voices download`), if anywhere."""
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -227,6 +248,11 @@ def family_for_source(source: VoiceSource | Any) -> Family:
     """The family of a VoiceSource (or of anything with a `.family` name); VoiceLoadError if
     that family is not registered."""
     return get_family(source.family)
+
+
+def family_for_download(name: str) -> Family | None:
+    """The first family whose voice repository names voices as `name` is written, or None."""
+    return next((f for f in families().values() if f.download is not None and f.download.matches(name)), None)
 
 
 def source_hint(path: Path) -> str | None:

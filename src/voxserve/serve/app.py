@@ -46,6 +46,9 @@ from ..options import SynthesisOptions
 from ..voice import joined_words
 from ..voices.registry import resolve_voice
 from .config import AppConfig
+from .encode import ROUTE as ENCODE_ROUTE
+from .encode import body_limit
+from .encode import router as encode_router
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .playground import PATHS as PLAYGROUND_PATHS
 from .playground import mount_playground
@@ -67,7 +70,7 @@ from .schemas import (
 log = logging.getLogger(__name__)
 
 ROUTES = ("/", "/v1/audio/speech", "/v1/audio/voices", "/v1/audio/captioned_speech", "/v1/synthesize", "/v1/voices",
-          "/v1/models", "/health", "/ready", "/metrics")
+          "/v1/models", "/health", "/ready", "/metrics", ENCODE_ROUTE)
 CAPTION_STREAM_FORMATS = ("pcm", "wav")
 """Audio of a streamed captioned response's lines: each line's audio is a whole file."""
 
@@ -206,7 +209,7 @@ class _Guard:
         if denied is not None:
             return await denied(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        limit = self.config.max_body_bytes
+        limit = body_limit(path, self.config.max_body_bytes)
         try:
             declared = int(headers.get(b"content-length", b"0") or 0)
         except ValueError:
@@ -744,6 +747,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         finally:
             stream.cancel()
 
+    app.include_router(encode_router)
     mount_playground(app)
     app.add_middleware(_Guard, config=config, metrics=metrics)
     return app

@@ -216,7 +216,8 @@ HELP = {
     "port": "TCP port",
     "wyoming": "also serve Home Assistant's Wyoming protocol (TTS) at this URI, e.g. tcp://127.0.0.1:10200, "
                "on the same engine (needs the wyoming extra)",
-    "voices": "voice to load: a registry name, bark:DIR, sbv2:DIR, a Piper .onnx path, or NAME=SOURCE to name it "
+    "voices": "voice to load: a registry name, bark:DIR, sbv2:DIR, cosyvoice2:DIR, a Piper .onnx path (or piper:PATH), "
+              "or NAME=SOURCE to name it "
               "(repeatable; the first is the default)",
     "device": "cpu, cuda, cuda:N or auto",
     "dtype": "fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)",

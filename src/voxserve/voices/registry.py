@@ -24,6 +24,7 @@ from ..errors import UnknownVoiceError, VoiceLoadError
 from ..families import (
     VoiceSource,
     families,
+    family_for_download,
     family_for_path,
     family_for_prefix,
     get_family,
@@ -88,7 +89,8 @@ def user_voice_dir() -> Path:
     return Path(platformdirs.user_data_dir("voxserve")) / "voices"
 
 
-def _search_dirs() -> list[Path]:
+def search_dirs() -> list[Path]:
+    """The voice folders, in order of precedence: $VOXSERVE_VOICES_PATH's, then the user's."""
     dirs = [Path(p) for p in os.environ.get("VOXSERVE_VOICES_PATH", "").split(os.pathsep) if p]
     dirs.append(user_voice_dir())
     return dirs
@@ -101,7 +103,7 @@ def voice_sources() -> dict[str, VoiceSource]:
     for fam in fams:
         if fam.packaged is not None:
             found.update((s.name, s) for s in fam.packaged())
-    for d in reversed(_search_dirs()):
+    for d in reversed(search_dirs()):
         if d.is_dir():
             for fam in fams:
                 if fam.scan is not None:
@@ -141,4 +143,12 @@ def resolve_voice(name_or_path: str | os.PathLike | None, allow_paths: bool = Tr
             return src
         if hint := source_hint(p):  # a family's folder given without its prefix
             raise VoiceLoadError(hint)
-    raise UnknownVoiceError(key, sorted(sources))
+    raise UnknownVoiceError(key, sorted(sources), hint=fetch_hint(key))
+
+
+def fetch_hint(name: str) -> str:
+    """How to get a voice of that name: the download command where a family's voice repository
+    names voices so, else where voices are looked for."""
+    if family_for_download(name) is not None:
+        return f"to fetch it: voxserve voices download {name}"
+    return "`voxserve voices` lists the voices and the folders searched for them"

@@ -2,7 +2,8 @@
 VITS (model.py), run by VitsRunner (runner.py: batched, CUDA graphs, cut sentences).
 
 Modules: model (VITS), onnx_import + cache (weights from the .onnx, cached as safetensors),
-config (the .onnx.json), loader (load_piper_voice), voice (VitsVoice), runner + stages +
+config (the .onnx.json), loader (load_piper_voice), download (voices by name from the Piper
+voice repository), voice (VitsVoice), runner + stages +
 cuda_graphs + buckets (how batches run), options (PiperRuntimeOptions, Transforms), precision, transforms.
 The text front end is voxserve.text (espeak-ng phonemes -> the voice's phoneme ids).
 """
@@ -14,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import VoiceLoadError
-from .. import Family, LoadOption, VoiceSource, register_family
+from .. import Family, LoadOption, VoiceDownload, VoiceSource, register_family
+from . import download
 from .config import config_language, language_codes
 from .options import PiperRuntimeOptions
 
@@ -96,6 +98,7 @@ FAMILY = register_family(Family(
     runner_kind="one-shot",
     load_options=(LoadOption("lexicon", "Piper voices: a lexicon file of `word phonemes` lines (re-read when it changes)",
                              path=True),),
+    download=VoiceDownload(download.BASE_URL, download.matches, "en_US-lessac-medium", download.fetch_voice),
 ))
 
 __all__ = ["FAMILY", "PiperRuntimeOptions", "piper_source"]

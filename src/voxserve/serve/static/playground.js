@@ -12,19 +12,21 @@ let session = null; // the request being played: {abort, player, timer}
 let blobUrls = [];
 
 // ----------------------------------------------------------------------------- requests
-function headers(json) {
+function headers(type) {
   const h = {};
-  if (json) h["Content-Type"] = "application/json";
+  if (type) h["Content-Type"] = type;
   const key = $("apikey").value.trim();
   if (key) h["Authorization"] = "Bearer " + key;
   return h;
 }
 
+// body: undefined (GET), a Blob (sent as it is, with its type) or an object (sent as JSON)
 function api(path, body, signal) {
+  const blob = body instanceof Blob;
   return fetch(path, {
     method: body === undefined ? "GET" : "POST",
-    headers: headers(body !== undefined),
-    body: body === undefined ? undefined : JSON.stringify(body),
+    headers: headers(body === undefined ? null : blob ? body.type : "application/json"),
+    body: body === undefined || blob ? body : JSON.stringify(body),
     signal,
     cache: "no-store",
     credentials: "same-origin",
@@ -346,7 +348,7 @@ async function speak(ev) {
     const secs = player.duration();
     const latency = ((performance.now() - began) / 1000).toFixed(2);
     setStatus(`Done: ${secs.toFixed(2)} s of audio${captioned ? `, ${wordSpans.length} words` : ""} (stream took ${latency} s).`);
-    await finish(player, body, format, abort.signal);
+    await finish(player, format, abort.signal);
   } catch (e) {
     if (abort.signal.aborted) return;
     setStatus("Failed: " + e.message, true);
@@ -354,15 +356,17 @@ async function speak(ev) {
 }
 
 // the whole audio for the player and the download link, once the stream has ended
-async function finish(player, body, format, signal) {
+async function finish(player, format, signal) {
   const samples = player.samples();
-  const wav = blobUrl(wavBlob(samples, player.sampleRate));
-  $("audio").src = wav;
-  let url = wav;
+  const wav = wavBlob(samples, player.sampleRate);
+  let url = blobUrl(wav);
+  $("audio").src = url;
   if (format === "pcm") {
     url = blobUrl(new Blob([pcmBytes(samples)], { type: "application/octet-stream" }));
-  } else if (format !== "wav") { // encoded by the server: the same request in that format
-    const r = await api("v1/audio/speech", { ...body, response_format: format }, signal);
+  } else if (format !== "wav") {
+    // the samples played, encoded by the server: asking for the text again would not give the
+    // same audio (sampling noise; a seed only where every family and batch agrees)
+    const r = await api("v1/audio/encode?response_format=" + encodeURIComponent(format), wav, signal);
     if (!r.ok) throw new Error("download as " + format + ": " + (await errorText(r)));
     url = blobUrl(await r.blob());
   }
