@@ -140,13 +140,13 @@ class _Piper(_Engine):
 def _piper_for(name: str) -> tuple[_Engine | None, str | None]:
     """Piper on the voice's own files, or why not."""
     src = resolve_voice(name)
-    if src.family != "piper":
-        return None, f"a {src.family} voice (Piper runs Piper voices only)"
+    config = src.config_path or src.path.with_name(src.path.name + ".json")
+    if src.path.suffix != ".onnx" or not config.is_file():
+        return None, f"a {src.family} voice, not an ONNX voice file with its JSON config (what Piper runs)"
     try:
         import piper  # noqa: F401
     except ImportError:
         return None, "piper-tts is not installed (pip install piper-tts)"
-    config = src.config_path or src.path.with_name(src.path.name + ".json")
     return _Piper(src.path, config), None
 
 
