@@ -102,22 +102,3 @@ def test_quick_skips_bf16_on_a_cpu_that_emulates_it(tiny_voice_path, monkeypatch
     else:
         assert quick["vox-cpu-bf16"]["status"] == "skipped"
         assert "no native bf16" in quick["vox-cpu-bf16"]["reason"]
-
-
-@pytest.mark.parametrize("vnni", [False, True])
-def test_quick_runs_the_int8_arm_only_on_a_cpu_with_vnni(tiny_voice_path, monkeypatch, vnni):
-    """The int8 decoder pays only with int8 dot products (VNNI, AMX): --quick skips it elsewhere,
-    saying why; the full run keeps it."""
-    from voxserve.bench import core
-    from voxserve.runtime import cpu
-
-    monkeypatch.setattr(cpu, "cpu_has_vnni", lambda: vnni)
-    s = BenchSettings(voice=str(tiny_voice_path), device="cpu")
-    quick = {a["name"]: a for a in core.plan(core.quick_settings(s), device="cpu")["arms"]}
-    full = {a["name"]: a for a in core.plan(s, device="cpu")["arms"]}
-    assert full["vox-cpu-int8"]["status"] == "would run"
-    if vnni:
-        assert quick["vox-cpu-int8"]["status"] == "would run"
-    else:
-        assert quick["vox-cpu-int8"]["status"] == "skipped"
-        assert "no int8 dot products" in quick["vox-cpu-int8"]["reason"]

@@ -80,7 +80,6 @@ def _arm(name, label, **kw) -> ArmSpec:
 CPU_ARMS: tuple[ArmSpec, ...] = (
     _arm("vox-cpu", "voxserve torch fp32, defaults", primary=True, stream=True),
     _arm("vox-cpu-bf16", "voxserve, decoder in bf16", dtype="bf16", stream=True),
-    _arm("vox-cpu-int8", "voxserve, decoder in int8", runtime={"cpu_int8": True}),
     _arm("vox-cpu-t1", "voxserve torch fp32, defaults, 1 thread", threads=1, quick=False),
     _arm("piper-cpu", "Piper (onnxruntime CPU)", engine="piper", reference=True, stream=True),
     _arm("piper-cpu-t1", "Piper (onnxruntime CPU), 1 thread", engine="piper", threads=1, quick=False),
@@ -208,16 +207,7 @@ def quick_skip(spec: ArmSpec) -> str | None:
     """Why --quick leaves `spec` out on this machine (None: it runs): an arm whose precision this
     CPU only emulates measures the emulation, minutes for a figure no user of this CPU would
     pick. The full `voxserve bench` runs it anyway."""
-    if spec.device != "cpu":
-        return None
-    if spec.runtime.get("cpu_int8"):
-        from ..runtime.cpu import cpu_has_vnni
-
-        if cpu_has_vnni():
-            return None
-        return ("this CPU has no int8 dot products (AVX512-VNNI, AVX-VNNI or AMX): int8 would be "
-                "emulated, slower than fp32; `voxserve bench` without --quick measures it anyway")
-    if spec.dtype not in ("bf16", "bfloat16"):
+    if spec.device != "cpu" or spec.dtype not in ("bf16", "bfloat16"):
         return None
     from ..runtime.device import cpu_has_native_bf16
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
 import logging
 import os
 import sys
@@ -56,20 +55,6 @@ log = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _done = False
-
-
-@functools.cache
-def cpu_has_vnni() -> bool:
-    """AVX512-VNNI, AVX-VNNI or AMX: int8 dot products in one instruction, what makes an int8
-    decoder (families/piper/int8.py) worth running. Read from Linux's CPU flags (False elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return not {"avx512_vnni", "avx_vnni", "amx_int8"}.isdisjoint(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return False
 
 
 def libc() -> ctypes.CDLL:

@@ -91,13 +91,4 @@ def load_piper_voice(
         runner.warmup()  # capture the CUDA graph grid (or compile) now, not on a user's request
     frontend = TextFrontend(config.espeak_voice, config.phoneme_id_map, config.phoneme_map,
                             config.vowel_clusters, max_phonemes=max_phonemes)
-    voice = VitsVoice(config, runner, frontend, source_path=model_path)
-    if runtime.cpu_int8:
-        if dev.type != "cpu" or dt != torch.float32:
-            raise ValueError("cpu_int8 quantises the fp32 decoder of a CPU voice: use it with device cpu, dtype fp32")
-        from ...options import SynthesisOptions
-        from .int8 import CALIBRATION_TEXTS, quantize_decoder
-
-        seeded = SynthesisOptions(seed=0)  # the same scales at every load
-        quantize_decoder(model.dec, lambda: [voice.synthesize(t, seeded) for t in CALIBRATION_TEXTS])
-    return voice
+    return VitsVoice(config, runner, frontend, source_path=model_path)

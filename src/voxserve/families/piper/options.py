@@ -31,10 +31,6 @@ class RuntimeOptions:
     cpu_gemm_convs: bool = True
     """CPU: run the text encoder's, duration predictor's and flow's convolutions (short inputs,
     at most a few hundred tokens or frames) as im2col + one GEMM each (runtime/layout.py)."""
-    cpu_int8: bool = False
-    """CPU: run the decoder's convolutions in int8, with activation scales calibrated on a few
-    sentences at load (families/piper/int8.py). Off by default: it pays only on CPUs with int8
-    dot products (VNNI, AMX), and its speed there is not measured yet (docs/precision.md)."""
     fold_average: bool = True
     """Fold the decoder's resblock average into the next convolution (one pass less per stage)."""
     attention: str = "banded"
