@@ -181,12 +181,38 @@ def startup(args) -> list[dict]:
             try:
                 s.wait_ready()
                 s.speak("Hello there.")
-                rows.append({"round": r, "kind": kind, "ready_s": s.ready_s, "rss_mb": s.ready_rss,
-                             "rss_after_first_mb": rss_mb(s.proc.pid)})
+                row = {"round": r, "kind": kind, "ready_s": s.ready_s, "rss_mb": s.ready_rss,
+                       "rss_after_first_mb": rss_mb(s.proc.pid)}
+                row.update(short_requests(s, args.requests))
+                rows.append(row)
             finally:
                 s.stop()
-            print(f"  start {r + 1} {kind}: ready in {s.ready_s:.1f} s, RSS {s.ready_rss:.0f} MB", flush=True)
+            print(f"  start {r + 1} {kind}: ready in {s.ready_s:.1f} s, RSS {s.ready_rss:.0f} MB, after "
+                  f"{args.requests} short requests {row['rss_after_n_mb']:.0f} MB (peak {row['rss_peak_n_mb']:.0f})",
+                  flush=True)
     return rows
+
+
+def short_requests(server: Server, n: int) -> dict:
+    """n short corpus texts, one at a time (a user's first minutes): RSS after them, and its
+    peak during them (sampled every 50 ms by a thread)."""
+    pool = texts("short")
+    peak = [rss_mb(server.proc.pid)]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_mb(server.proc.pid))
+            time.sleep(0.05)
+
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    for i in range(n):
+        server.speak(pool[i % len(pool)])
+    done.set()
+    w.join()
+    after = rss_mb(server.proc.pid)
+    return {"rss_after_n_mb": after, "rss_peak_n_mb": max(peak[0], after)}
 
 
 def soak(server: Server, minutes: float, clients: int) -> dict:
@@ -323,6 +349,7 @@ def speed(args, busy: bool, lib, servers) -> dict[str, list[float]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--starts", type=int, default=3, help="cold starts of each server (0: none)")
+    p.add_argument("--requests", type=int, default=20, help="short requests after each start (RSS after them and peak)")
     p.add_argument("--soak", type=float, default=0, metavar="MIN", help="soak minutes per server (0: none)")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--busy", type=int, default=0, metavar="ROUNDS", help="busy-machine speed rounds (0: none)")
@@ -365,16 +392,19 @@ def main() -> None:
 
     print(f"\nCPU: {res['cpu']} x {res['cpus']}; load average now {os.getloadavg()[0]:.2f}")
     if "startup" in res:
-        print("\n| server | start -> ready (s), median | RSS at ready (MB), median | RSS after a first request (MB) |")
-        print("|---|---|---|---|")
+        print(f"\n| server | start -> ready (s), median | RSS at ready (MB), median | RSS after a first request (MB) "
+              f"| after {args.requests} short requests (MB) | peak during them (MB) |")
+        print("|---|---|---|---|---|---|")
+        cols = ("rss_mb", "rss_after_first_mb", "rss_after_n_mb", "rss_peak_n_mb")
+        med = {kind: {c: statistics.median(r[c] for r in res["startup"] if r["kind"] == kind) for c in cols}
+               for kind in ("piper", "voxserve")}
         for kind in ("piper", "voxserve"):
             rows = [r for r in res["startup"] if r["kind"] == kind]
             print(f"| {kind} | {statistics.median(r['ready_s'] for r in rows):.1f} | "
-                  f"{statistics.median(r['rss_mb'] for r in rows):.0f} | "
-                  f"{statistics.median(r['rss_after_first_mb'] for r in rows):.0f} |")
-        v = statistics.median(r["rss_mb"] for r in res["startup"] if r["kind"] == "voxserve")
-        pp = statistics.median(r["rss_mb"] for r in res["startup"] if r["kind"] == "piper")
-        print(f"\nRSS at ready, voxserve / piper: {v / pp:.2f}x")
+                  + " | ".join(f"{med[kind][c]:.0f}" for c in cols) + " |")
+        for c, what in zip(cols, ("at ready", "after a first request", f"after {args.requests} short requests",
+                                  "peak during them")):
+            print(f"RSS {what}, voxserve / piper: {med['voxserve'][c] / med['piper'][c]:.2f}x")
     if "soak" in res:
         print(f"\nSoak, {args.clients} clients, {args.soak} min: RSS (MB), the largest of each 10 s")
         for kind, r in res["soak"].items():

@@ -33,3 +33,34 @@ def test_listing_voices_imports_no_heavy_module():
     code = ("import voxserve.cli as c, contextlib, io\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n    assert c.main(['voices']) == 0")
     assert _loaded_after(code) == []
+
+
+def test_say_builds_no_other_subcommand_and_loads_no_number_words():
+    """`say` builds only the built-in subcommands' parsers (the server's settings flags are many)
+    and the text front end imports num2words only for a text with numbers (it imports every
+    language)."""
+    code = ("import voxserve.cli as c, argparse, contextlib, io, sys\n"
+            "built = []\n"
+            "real = argparse._SubParsersAction.add_parser\n"
+            "def add_parser(self, name, **kw):\n    built.append(name)\n    return real(self, name, **kw)\n"
+            "argparse._SubParsersAction.add_parser = add_parser\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        c.main(['say', '--help'])\n    except SystemExit:\n        pass\n"
+            "import voxserve.text.frontend\n"
+            "print(json.dumps([sorted(set(built) - {'say', 'voices', 'list', 'add', 'download'}), "
+            "'num2words' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[], False]
+
+
+def test_top_level_help_still_lists_every_subcommand(capsys):
+    import pytest
+
+    from voxserve.cli import main
+
+    for argv in (["--help"], ["-h", "say"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = capsys.readouterr().out
+        assert all(c in out for c in ("say", "voices", "serve", "bench", "loadtest")), argv

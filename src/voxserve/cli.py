@@ -199,7 +199,13 @@ def cmd_voices_add(ns: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+BUILT_IN = ("say", "voices")  # subcommands defined here; the others' modules add their own
+
+
+def build_parser(only_built_in: bool = False) -> argparse.ArgumentParser:
+    """The whole command line; only_built_in: without the other modules' subcommands (a
+    `say` or `voices` command line has no use for the server's or the benchmark's flags,
+    whose modules take a large part of a `say`'s start-up to import)."""
     p = argparse.ArgumentParser(prog="voxserve", description="Fast neural text-to-speech.")
     p.add_argument("-v", "--verbose", action="count", default=0)
     sub = p.add_subparsers(dest="command", required=True)
@@ -262,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--force", action="store_true", help="download a voice again even if it is installed there")
     dl.set_defaults(func=cmd_voices_download)
 
-    for module in (serve_cli, bench, loadtest):
+    for module in () if only_built_in else (serve_cli, bench, loadtest):
         module.add_parser(sub)
     return p
 
@@ -276,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         VoxserveError,
     )
 
-    ns = build_parser().parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in args if not a.startswith("-")), None)  # the subcommand (-v takes no value)
+    top_help = first is None or not {"-h", "--help"}.isdisjoint(args[:args.index(first)])
+    ns = build_parser(only_built_in=first in BUILT_IN and not top_help).parse_args(argv)
     # a command line of its own (not main() called in a process that does other things): the
     # servers may restart it with another allocator (runtime/allocator.py)
     ns.own_process = argv is None

@@ -149,3 +149,44 @@ def test_cache_dir_env(monkeypatch, tmp_path):
     monkeypatch.setenv("VOXSERVE_CACHE_DIR", str(tmp_path))
     assert vcache.cache_dir() == tmp_path
     assert os.fspath(vcache.cache_dir())
+
+
+def test_cache_note_spares_hashing_until_a_file_changes(tiny_voice_path, tmp_path, monkeypatch):
+    """A load with a settled voice file and cache entry hashes neither (a `say` paid for both on
+    every run); a replaced entry, or a replaced voice file, is hashed and checked again."""
+    monkeypatch.setenv("VOXSERVE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(vcache, "RACY_NS", 0)  # the test's files are seconds old, not settled
+    voice = tmp_path / "v.onnx"
+    shutil.copy(tiny_voice_path, voice)
+    hashed, digested = [], []
+    sha, digest = vcache.file_sha256, vcache._tensor_digest
+    monkeypatch.setattr(vcache, "file_sha256", lambda p, *a: hashed.append(p) or sha(p, *a))
+    monkeypatch.setattr(vcache, "_tensor_digest", lambda t: digested.append(1) or digest(t))
+    calls = []
+
+    def convert(p):
+        calls.append(p)
+        return read_piper_onnx(p)
+
+    d1, t1 = vcache.load_cached(voice, convert)  # converts and writes the entry
+    vcache.load_cached(voice, convert)  # checks the entry, notes both files
+    hashed.clear(), digested.clear()
+    d2, t2 = vcache.load_cached(voice, convert)
+    assert (hashed, digested, len(calls)) == ([], [], 1)
+    assert d1 == d2 and all(np.array_equal(t1[k], t2[k]) for k in t1)
+    # an entry edited in place and put back under its name: a new file, checked, rebuilt
+    [entry] = list((tmp_path / "cache" / "vits").glob("*.safetensors"))
+    data = bytearray(entry.read_bytes())
+    data[-50] ^= 0xFF
+    edited = entry.with_suffix(".edited")
+    edited.write_bytes(bytes(data))
+    os.replace(edited, entry)
+    vcache.load_cached(voice, convert)
+    assert len(calls) == 2 and digested
+    # a new voice file under the same path is hashed again
+    hashed.clear()
+    tmp = tmp_path / "v2.onnx"
+    shutil.copy(tiny_voice_path, tmp)
+    os.replace(tmp, voice)
+    vcache.load_cached(voice, convert)
+    assert hashed == [voice]

@@ -27,8 +27,6 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from num2words import num2words
-
 from .aligned import Aligned, Pieces, Said
 
 # ---------------------------------------------------------------------------------------------
@@ -39,11 +37,15 @@ def cardinal(n: int) -> str:
     """1234 -> "one thousand two hundred thirty-four"; negative -> "minus ..."."""
     if n < 0:
         return "minus " + cardinal(-n)
+    from num2words import num2words  # imports every language: a text without numbers skips it
+
     return _american(num2words(n, lang="en"))
 
 
 def ordinal(n: int) -> str:
     """22 -> "twenty-second"."""
+    from num2words import num2words
+
     return _american(num2words(n, lang="en", to="ordinal"))
 
 
