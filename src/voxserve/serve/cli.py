@@ -57,6 +57,8 @@ class ServeSettings:
     read_timeout: float = _APP.body_timeout_s
     """Seconds a client has to send a request's body; its headers get at most 10 s of it."""
     max_connections: int = _APP.max_connections
+    max_held_audio_mb: float = _APP.max_held_audio_mb
+    """Audio (MiB) whole answers in flight may hold together: 429 beyond, 413 for one alone."""
     """Open connections beyond this get 503."""
     api_key: str | None = None
     shutdown_timeout: float = _APP.shutdown_timeout_s
@@ -81,10 +83,13 @@ class ServeSettings:
     def app_config(self) -> AppConfig:
         if self.read_timeout <= 0 or self.max_connections < 1:
             raise ValueError("read_timeout must be over 0 s and max_connections at least 1")
+        if not self.max_held_audio_mb > 0:
+            raise ValueError(f"max_held_audio_mb must be over 0, not {self.max_held_audio_mb!r}")
         return AppConfig(api_key=self.api_key or None, max_input_chars=self.max_input_chars,
                          max_body_bytes=self.max_body_bytes, shutdown_timeout_s=self.shutdown_timeout,
                          header_timeout_s=min(_APP.header_timeout_s, self.read_timeout),
-                         body_timeout_s=self.read_timeout, max_connections=self.max_connections)
+                         body_timeout_s=self.read_timeout, max_connections=self.max_connections,
+                         max_held_audio_mb=self.max_held_audio_mb)
 
     def limits(self) -> Limits:
         """The work bound every loaded voice applies."""
@@ -113,6 +118,8 @@ _HELP = {
     "read_timeout": "seconds a client has to send a request's body, and at most 10 of them for its headers; "
                     "a slower client gets 408 and is disconnected",
     "max_connections": "open connections beyond which new ones get 503 (idle ones included)",
+    "max_held_audio_mb": "MiB of audio whole (not streamed) answers in flight may hold together: a request "
+                         "that would pass it gets 429, one that alone passes it 413",
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
     "shutdown_timeout": "seconds in-flight requests get to finish on shutdown",
     "threads": "CPU threads for the model",

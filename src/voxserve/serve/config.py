@@ -29,6 +29,10 @@ class AppConfig:
     body_timeout_s: float = 30.0
     """A request's whole body must arrive within this long of its headers (else 408, connection
     closed), so that a slow or stalled upload cannot hold a connection open."""
+    max_held_audio_mb: float = 1024.0
+    """Whole (not streamed) answers in flight may hold this much audio together (MiB, at 10 bytes a
+    sample: engine/held_audio.py); one that would pass it gets 429 with Retry-After, one that alone
+    passes it 413. 1024: a 30-minute answer at 48 kHz fits; streamed answers are not counted."""
     max_connections: int | None = 1024
     """Open connections beyond this get 503 and are closed (with `http_protocol(app)`): far above
     what the engine admits, it only keeps a flood of idle connections from using up file
