@@ -350,6 +350,27 @@ class Voice(ABC):
         spoken = sum(1 for s in split_sentences(text) if any(ch.isalnum() for ch in s))
         return speech + gap * max(0, spoken - 1)
 
+    # ---------------------------------------------------------------- idle unload
+    can_unload: bool = False
+    """Whether `unload` / `reload` work for this voice (a family that implements them sets it);
+    the server's `--unload-after` leaves the others loaded."""
+
+    @property
+    def loaded(self) -> bool:
+        """Whether its weights are in memory: False between `unload` and `reload`."""
+        return True
+
+    def unload(self) -> None:
+        """Release its weights and their memory (device memory on a GPU), keeping what a
+        request's front end needs (`units` still works): `reload` brings them back, as loaded.
+        The caller makes sure that nothing runs the voice meanwhile (engine/unload.py)."""
+        raise NotImplementedError(f"voices of family {self.family!r} cannot unload their weights")
+
+    def reload(self) -> None:
+        """Load the weights again after `unload` (from the voice's source, with the same device,
+        precision and runtime options); a loaded voice is left as it is."""
+        raise NotImplementedError(f"voices of family {self.family!r} cannot unload their weights")
+
     # ---------------------------------------------------------------- API
     def synthesize(self, text: str, options: SynthesisOptions | None = None) -> Audio:
         """The whole text as one Audio (sentences batched, joined with sentence_silence)."""

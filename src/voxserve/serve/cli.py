@@ -68,6 +68,8 @@ class ServeSettings:
     """How a CPU runs its batches: auto or serial (EngineConfig.executor)."""
     max_queue_wait: float = _ENG.max_queue_wait_s
     """Seconds of work queued ahead of a new request (at the device's observed speed) beyond which it gets 429."""
+    unload_after: float | None = None
+    """A voice unused for this many seconds releases its weights, and loads again on its next request (None: never)."""
     wyoming: str | None = None
     """Also serve Home Assistant's Wyoming protocol at this URI (tcp://127.0.0.1:10200), same engine."""
 
@@ -125,6 +127,8 @@ _HELP = {
     "threads": "CPU threads for the model",
     "wyoming": "also serve Home Assistant's Wyoming protocol (TTS) at this URI, e.g. tcp://127.0.0.1:10200, "
                "on the same engine (needs the wyoming extra)",
+    "unload_after": "seconds after which a voice no request has used releases its weights (and GPU memory); "
+                    "its next request waits for it to load again (off by default)",
     "executor": "how a CPU runs its batches: auto (two at once where the voices allow, short work at a "
                 "higher OS priority) or serial (one at a time on every thread)",
 }
@@ -381,6 +385,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag
         raise ValueError(str(e)) from None
+    if settings.unload_after is not None:
+        from ..engine.unload import IdleUnloader
+
+        IdleUnloader(engine, settings.unload_after).start()
     check_can_listen(settings.host, settings.port)  # before the announcement: a busy port is one line
     if wyoming is not None:
         kind, wy_host, wy_port = _wyoming_module().parse_uri(wyoming.uri)
