@@ -47,14 +47,15 @@ def test_relative_attention_by_query_rows_equals_the_full_one(monkeypatch, chunk
 
 @pytest.mark.parametrize("block", [2 * 2 * 97, 2 * 2 * 10 * 97])  # one row, ten rows a step
 def test_decoder_attention_by_query_rows_equals_the_full_one(monkeypatch, block):
+    """(By rows of a given mask: a chunk's `Tape.keep`.)"""
     torch.manual_seed(0)
     attn = flow.Attention(16, 2, 8).eval()
     x, mask = _inputs()
     with torch.no_grad():
-        full = attn(x, mask)
+        full = attn(x, flow.KeepRows(whole=mask))
         seen = _scores_seen(monkeypatch)
         monkeypatch.setattr(flow, "SCORE_BLOCK", block)
-        rows = attn(x, mask)
+        rows = attn(x, flow.KeepRows(whole=mask))
     assert len(seen) > 1 and max(seen) <= block
     torch.testing.assert_close(rows, full, rtol=0, atol=1e-6)
 
@@ -64,7 +65,7 @@ def test_short_inputs_take_the_plain_path_in_one_step(monkeypatch):
     x, mask = _inputs(t=40)
     seen = _scores_seen(monkeypatch)
     with torch.no_grad():
-        attn(x, mask)
+        attn(x, flow.KeepRows(whole=mask))
     assert seen == [2 * 2 * 40 * 40]
 
 
@@ -75,8 +76,8 @@ def _tiny_estimator():
     return flow.Estimator(dims).eval(), dims
 
 
-class _LargestFloat(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records the largest floating-point tensor any op makes."""
+class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the largest tensor any op makes."""
 
     def __init__(self):
         super().__init__()
@@ -85,17 +86,17 @@ class _LargestFloat(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
+            if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel())
         return out
 
 
 @pytest.mark.parametrize("streaming", [False, True])
-def test_the_estimator_makes_no_frames_squared_float_mask(monkeypatch, streaming):
-    """The estimator's attention mask was made whole as floats, [B, T, T] x 4 bytes (and again as
-    the bool mask cast): 1.4 GB for the 14 rows (7 sentences, CFG doubled) of 3,400 frames that the
-    library's batch of sentences run to the LM's length bound gives (issue 49). Each attention
-    step now makes only its rows' additive mask; the result is the same as with the whole one."""
+def test_the_estimator_makes_no_frames_squared_mask(monkeypatch, streaming):
+    """The estimator's attention mask was made whole, [B, T, T] as bools (3 copies) and floats:
+    1.8 GB for the 14 rows (7 sentences, CFG doubled) of 3,400 frames that the library's batch of
+    sentences run to the LM's length bound gives (issue 49). Each attention step now makes only
+    its rows of the mask (KeepRows); the result is the same as with the whole one."""
     est, d = _tiny_estimator()
     b, t = 4, 400
     g = torch.Generator().manual_seed(1)
@@ -105,7 +106,7 @@ def test_the_estimator_makes_no_frames_squared_float_mask(monkeypatch, streaming
     spks, tt = torch.randn(b, d.mel, generator=g), torch.rand(b, generator=g)
     monkeypatch.setattr(flow, "SCORE_BLOCK", b * d.est_heads * t * 50)  # 50 query rows a step, as past 2^22
     with torch.no_grad():
-        rec = _LargestFloat()
+        rec = _Largest()
         with rec:
             got = est(x, mask, mu, tt, spks, cond, streaming)
         # the reference: the whole float mask, as before
@@ -125,5 +126,16 @@ def test_the_estimator_makes_no_frames_squared_float_mask(monkeypatch, streaming
         finally:
             flow.Attention.forward = orig
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
-    # largest float: a step's scores/mask (<= SCORE_BLOCK) or activations, never B x T x T
+    # largest: a step's scores/mask (<= SCORE_BLOCK) or activations, never B x T x T
     assert rec.largest <= flow.SCORE_BLOCK < b * t * t, rec.largest
+
+
+@pytest.mark.parametrize("chunk", [0, 25])
+def test_mask_rows_equal_the_whole_mask(chunk):
+    valid = torch.ones(3, 97, dtype=torch.bool)
+    valid[1, 80:] = False
+    valid[2, 30:] = False  # whole chunks of padding: rows that would see nothing see everything
+    whole = flow.attention_mask(valid, chunk)
+    lazy = flow.KeepRows(valid, chunk)
+    for i0, i1 in ((0, 97), (0, 7), (7, 40), (90, 97), (50, 51)):
+        assert torch.equal(lazy.rows(i0, i1), whole[:, i0:i1])

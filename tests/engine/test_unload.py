@@ -216,3 +216,15 @@ def test_unloading_a_piper_voice_gives_its_memory_back():
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["loaded"] - r["unloaded"] >= 40, r  # most of the weights' 63 MB comes back
     assert r["same_len"] and r["was"], r
+
+
+def test_the_serve_flag_and_its_environment_variable():
+    from voxserve.cli import build_parser
+    from voxserve.serve.cli import settings_from
+
+    def parse(*args, env=None):
+        return settings_from(build_parser().parse_args(["serve", *args]), environ=env or {})
+
+    assert parse().unload_after is None  # off by default
+    assert parse("--unload-after", "600").unload_after == 600.0
+    assert parse(env={"VOXSERVE_UNLOAD_AFTER": "30"}).unload_after == 30.0

@@ -157,10 +157,10 @@ class AsyncEngine:
         v = self.engine.voice(voice)
         held = None if streaming else self.held
         stream = SpeechStream(self.engine, 0, sink, v.sample_rate, held)
-        if held is not None:
-            retry = min(60.0, max(1.0, self.engine.queue_wait_s(voice) or 1.0))  # its audio comes as the work ahead drains
-            held.admit(stream, v.predicted_audio_s(text, options), v.sample_rate, retry)
         try:
+            if held is not None:
+                retry = min(60.0, max(1.0, self.engine.queue_wait_s(voice) or 1.0))  # audio comes as work drains
+                held.admit(stream, v.predicted_audio_s(text, options), v.sample_rate, retry)
             stream.request_id = self.engine.submit(voice, text, options, sink, streaming=streaming)
         except BaseException:
             stream.release_held()

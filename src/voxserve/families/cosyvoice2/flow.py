@@ -357,10 +357,30 @@ class CausalResnet(nn.Module):
         return self.block2(h, mask, tape) + self.res_conv(x * mask)
 
 
+class KeepRows:
+    """Which keys each query of the estimator's attention sees, [B, T, T'] bool, made a block of
+    query rows at a time (`rows`): the whole mask is frames squared per batch row (3 bool copies
+    and a float one were 1.8 GB for the 14 rows (7 sentences, CFG doubled) of 3,400 frames a
+    sentence run to the LM's length bound makes). Either `attention_mask(valid, chunk)` by rows,
+    or rows of a given mask (a chunk's, `Tape.keep`: small)."""
+
+    def __init__(self, valid: torch.Tensor | None = None, chunk: int = 0, whole: torch.Tensor | None = None):
+        self.valid, self.chunk, self.whole = valid, chunk, whole  # valid [B, T] bool
+
+    def rows(self, i0: int, i1: int) -> torch.Tensor:
+        """[B, i1 - i0, T'] bool: rows i0..i1 of the mask (equal to attention_mask's rows)."""
+        if self.whole is not None:
+            return self.whole[:, i0:i1]
+        n = self.valid.shape[1]
+        mask = self.valid[:, None, :].expand(-1, i1 - i0, -1)
+        if self.chunk > 0:
+            q = torch.arange(i0, i1, device=self.valid.device)
+            mask = mask & (torch.arange(n, device=self.valid.device)[None, :] < ((q // self.chunk + 1) * self.chunk)[:, None])[None]
+        return mask | ~mask.any(-1, keepdim=True)
+
+
 def _bias(keep: torch.Tensor, dtype) -> torch.Tensor:
-    """keep [B, rows, T'] bool -> the additive mask [B, 1, rows, T'], made for the rows of one
-    attention step: a float mask of every row is frames squared x 4 bytes per batch row (1.4 GB
-    for 14 rows of 3,400 frames), where the bool mask is 1 byte."""
+    """keep [B, rows, T'] bool -> the additive mask [B, 1, rows, T'] for one attention step."""
     return (~keep)[:, None].to(dtype) * -1.0e10
 
 
@@ -374,15 +394,16 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(d, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, d)])
 
-    def forward(self, x, keep, tape=None):  # x [B, T, d], keep [B, T, T'] bool (T' = T without a tape)
+    def forward(self, x, keep: KeepRows, tape=None):  # x [B, T, d]; keep: [B, T, T'] (T' = T without a tape)
         b, t, _ = x.shape
         q, k, v = (f(x).view(b, t, self.h, self.hd).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
         if tape is not None:
             k, v = tape.keys(k, v)
         rows = attention.query_rows(b * self.h, t, k.shape[2], SCORE_BLOCK)
-        out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v, attn_mask=_bias(keep[:, i:i + rows], q.dtype))
+        out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v,
+                                                        attn_mask=_bias(keep.rows(i, min(t, i + rows)), q.dtype))
                          for i in range(0, t, rows)], 2) if rows < t else \
-            F.scaled_dot_product_attention(q, k, v, attn_mask=_bias(keep, q.dtype))
+            F.scaled_dot_product_attention(q, k, v, attn_mask=_bias(keep.rows(0, t), q.dtype))
         return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.h * self.hd))
 
 
@@ -460,10 +481,10 @@ class Estimator(nn.Module):
         temb = self.time_mlp(timestep_embedding(t, self.dims.est_in).to(x.dtype))
         h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], 1)
         if tape is None:
-            keep = attention_mask(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
+            keep = KeepRows(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
         else:
-            keep = tape.keep
-        # keep [B, T, T(+cached)] bool: each attention step makes its rows' additive mask (_bias)
+            keep = KeepRows(whole=tape.keep)
+        # keep: [B, T, T(+cached)], each attention step makes its rows' mask (KeepRows, _bias)
         res, blocks, conv = self.down_blocks[0]
         h = self._blocks(blocks, res(h, mask, temb, tape), keep, tape)
         skip = h
