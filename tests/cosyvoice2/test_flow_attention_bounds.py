@@ -18,6 +18,13 @@ def _inputs(b=2, t=97, d=16, chunk=0, seed=0):
     return x, flow.attention_mask(valid, chunk)
 
 
+def mask_valid(chunk, b=2, t=97):
+    """The `valid` that `_inputs` makes its mask from."""
+    valid = torch.ones(b, t, dtype=torch.bool)
+    valid[1, t - 13:] = False
+    return valid
+
+
 def _scores_seen(monkeypatch):
     seen = []
     sdpa = flow.F.scaled_dot_product_attention
@@ -37,10 +44,10 @@ def test_relative_attention_by_query_rows_equals_the_full_one(monkeypatch, chunk
     x, mask = _inputs(chunk=chunk)
     pos = flow.RelPositions(16)(x.shape[1], x.device, x.dtype)
     with torch.no_grad():
-        full = attn(x, mask, pos)
+        full = attn(x, flow.KeepRows(whole=mask), pos)
         seen = _scores_seen(monkeypatch)
         monkeypatch.setattr(flow, "SCORE_BLOCK", 2 * 2 * 7 * (2 * 97 - 1))  # 7 query rows a step
-        rows = attn(x, mask, pos)
+        rows = attn(x, flow.KeepRows(valid=mask_valid(chunk), chunk=chunk), pos)  # made by rows: the same
     assert len(seen) == 14 and max(seen) <= flow.SCORE_BLOCK
     torch.testing.assert_close(rows, full, rtol=0, atol=1e-6)
 

@@ -127,8 +127,8 @@ class RelAttention(nn.Module):
         self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.dk))
         self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.dk))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
-        """x [B, T, d]; mask [B, T, P + T] bool; pos from RelPositions(T, past=P). past: the
+    def forward(self, x: torch.Tensor, mask: "KeepRows", pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
+        """x [B, T, d]; mask: [B, T, P + T] by rows; pos from RelPositions(T, past=P). past: the
         rows' cached (k, v) [B, H, P, dk], left-padded to P (so that key index minus P is the
         offset from every row's first new frame); out_kv: a list that gets this call's (k, v)."""
         b, t, _ = x.shape
@@ -151,7 +151,7 @@ class RelAttention(nn.Module):
             # query i, key j: offset P + i - j sits at index (T - 1) - i + j, a strided view of bd (no copy)
             bd = bd.as_strided((b, self.h, i1 - i0, n_keys), (bd.stride(0), bd.stride(1), bd.stride(2) - 1, 1),
                                bd.storage_offset() + t - 1 - i0)
-            bias = bd.masked_fill(~mask[:, None, i0:i1], float("-inf"))  # [B, H, rows, P+T]; every row keeps a key
+            bias = bd.masked_fill(~mask.rows(i0, i1)[:, None], float("-inf"))  # [B, H, rows, P+T]; every row keeps a key
             outs.append(F.scaled_dot_product_attention(qu[:, :, i0:i1], k, v, attn_mask=bias))
         out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.dk))
@@ -253,7 +253,7 @@ class UpsampleEncoder(nn.Module):
         x = self.embed(emb) * (pos[None] < seen[:, None]).unsqueeze(-1).to(emb.dtype)
         valid = pos[None, :t] < lengths[:, None]
         chunk = self.dims.encoder_chunk if streaming else 0
-        mask = attention_mask(valid, chunk)
+        mask = KeepRows(valid, chunk)
         x = self.pre_lookahead_layer(x)
         pos = self.pos(t, x.device, x.dtype)
         for layer in self.encoders:
@@ -263,7 +263,7 @@ class UpsampleEncoder(nn.Module):
         t2 = x.shape[1]
         valid = torch.arange(t2, device=x.device)[None] < lengths[:, None]
         x = self.up_embed(x)
-        mask = attention_mask(valid, chunk * self.dims.token_mel_ratio)
+        mask = KeepRows(valid, chunk * self.dims.token_mel_ratio)
         pos = self.pos(t2, x.device, x.dtype)
         for layer in self.up_encoders:
             x = layer(x, mask, pos)
@@ -315,7 +315,7 @@ class UpsampleEncoder(nn.Module):
         """Conformer blocks over new frames x [B, N, d] after `past` cached ones per row
         (p = max(past), known on the host)."""
         n = x.shape[1]
-        keep = _chunk_keep(past, new, p, n, chunk, left=True)
+        keep = KeepRows(whole=_chunk_keep(past, new, p, n, chunk, left=True))  # a chunk's: small
         pos = self.pos(n, x.device, x.dtype, past=p)
         for k, layer in enumerate(layers):
             i = first + 2 * k
@@ -358,10 +358,10 @@ class CausalResnet(nn.Module):
 
 
 class KeepRows:
-    """Which keys each query of the estimator's attention sees, [B, T, T'] bool, made a block of
-    query rows at a time (`rows`): the whole mask is frames squared per batch row (3 bool copies
-    and a float one were 1.8 GB for the 14 rows (7 sentences, CFG doubled) of 3,400 frames a
-    sentence run to the LM's length bound makes). Either `attention_mask(valid, chunk)` by rows,
+    """Which keys each query of the flow's attentions sees, [B, T, T'] bool, made a block of
+    query rows at a time (`rows`): the whole mask is frames squared per batch row (in the
+    estimator, bool copies and a float one were 1.8 GB for the 14 rows (7 sentences, CFG doubled)
+    of 3,400 frames a sentence run to the LM's length bound makes). Either `attention_mask(valid, chunk)` by rows,
     or rows of a given mask (a chunk's, `Tape.keep`: small)."""
 
     def __init__(self, valid: torch.Tensor | None = None, chunk: int = 0, whole: torch.Tensor | None = None):
