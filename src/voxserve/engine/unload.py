@@ -29,26 +29,27 @@ def idle_voices(last_used: Mapping[str, float], in_flight: Mapping[str, int], lo
 
 
 class VoiceLoads:
-    """One lock per voice around its unload and reload: a request's front end calls `ensure`
-    (waiting while an unload or a load of its voice is under way); the unloader `unload`s only
-    while `still_idle()` holds under that lock."""
+    """One lock per watched voice around its unload and reload: a request's front end calls
+    `ensure` (waiting while an unload or a load of its voice is under way); the unloader
+    `unload`s only while `still_idle()` holds under that lock. Voices not `watch`ed (no
+    `--unload-after`, or a family that cannot unload) are never touched."""
 
     def __init__(self) -> None:
         self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
         self.reloads = 0
         self.unloads = 0
 
-    def _lock(self, name: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(name, threading.Lock())
+    def watch(self, name: str) -> None:
+        """Make voice `name` one that may be unloaded (before any request can see it unloaded)."""
+        self._locks.setdefault(name, threading.Lock())
 
     def ensure(self, voice: Any) -> None:
         """Load `voice` again if it was unloaded (on the caller's thread: the request waits).
         Always under the lock: an unload under way still reads as loaded until it ends."""
-        if not voice.can_unload:
+        lock = self._locks.get(voice.name)
+        if lock is None:
             return
-        with self._lock(voice.name):
+        with lock:
             if not voice.loaded:
                 t = time.perf_counter()
                 voice.reload()
@@ -57,7 +58,7 @@ class VoiceLoads:
 
     def unload(self, voice: Any, still_idle: Callable[[], bool]) -> bool:
         """Unload `voice` if it is loaded and `still_idle()` (checked under its lock). True if it was."""
-        with self._lock(voice.name):
+        with self._locks[voice.name]:
             if not voice.loaded or not still_idle():
                 return False
             voice.unload()
@@ -79,6 +80,8 @@ class IdleUnloader:
         self.engine, self.after_s, self.clock = engine, float(after_s), clock
         self.period_s = period_s if period_s is not None else min(30.0, max(0.5, after_s / 10))
         self.voices = {n: v for n, v in engine.voices.items() if v.can_unload}
+        for n in self.voices:
+            engine.loads.watch(n)
         now = clock()
         self.last_used = {n: now for n in self.voices}
         self._seen: dict[str, int] = {}
