@@ -58,6 +58,12 @@ WHEN = {
     "body_timeout_s": "Seconds a client has to send a request's body after its head, else 408; raise for slow "
                       "links. Wyoming: to send the rest of an event it has begun, or to take one the server sends.",
     "max_connections": "Open connections beyond this get 503; raise behind a proxy that holds many idle ones.",
+    "max_held_audio_mb": "The audio whole (not streamed) answers in flight may hold together, silence included "
+                         "(429 beyond; 413 for one answer alone over it). Lower on a small machine; raise with much "
+                         "memory and many long whole answers.",
+    "unload_after": "Seconds after which a voice no request has used releases its weights (GPU memory too) and "
+                    "loads again on its next request, which waits for it (docs/serving.md, \"Idle unload\"). Set on "
+                    "a server holding several voices that are used now and then (Piper voices today).",
     "max_batch_size": "Raise on a GPU, with `--max-batch-phonemes`, where a batch costs little more than one "
                       "sentence.",
     "max_batch_phonemes": "Raise on a GPU (e.g. 4096). On a CPU it bounds how long a new request waits for the "

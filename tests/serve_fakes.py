@@ -23,6 +23,11 @@ class FakeVoice:
     languages: tuple[str, ...] = ()  # as Voice's: no language option, languages not known
     language_codes: tuple[str, ...] = ()
 
+    def predicted_audio_s(self, text, options=None) -> float:
+        """Voice.predicted_audio_s: what a whole answer is charged at admission (the audio it
+        holds is charged as it comes)."""
+        return 0.0  # a low estimate: none
+
     def silence_after(self, options) -> float:
         return float(options.sentence_silence or 0.0) if options else 0.0
 

@@ -20,9 +20,13 @@ from .audio import Audio, AudioChunk, SentenceJoiner, Word, silence_samples
 from .errors import UnpronounceableTextError
 from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
+from .text.split import split_sentences
 
 MAX_BATCH_SENTENCES = 16
 MAX_BATCH_COST = 4096  # phoneme ids per batch (a voice may bound its batches lower: Voice.batch_cost)
+# Speech per character of text, a low estimate (about twice a normal reading rate): what a request's
+# audio is predicted from before its front end runs (`Voice.predicted_audio_s`).
+LOW_SECONDS_PER_CHAR = 0.03
 
 
 @dataclass(frozen=True)
@@ -330,6 +334,41 @@ class Voice(ABC):
 
     def silence_after(self, options: SynthesisOptions | None) -> float:
         return float(options.sentence_silence or 0.0) if options else 0.0
+
+    def predicted_audio_s(self, text: str, options: SynthesisOptions | None = None) -> float:
+        """A low estimate of the audio (seconds) a request makes, known before its front end
+        runs, silence included: what the server charges a whole answer against the audio it may
+        hold at once (engine/held_audio.py). Speech at LOW_SECONDS_PER_CHAR (faster at a higher
+        `speed`), plus the sentence silence between sentences; a voice with more silence of its
+        own (SSML breaks) adds it."""
+        speed = float(options.speed) if options is not None and options.speed else 1.0
+        speech = len(text) * LOW_SECONDS_PER_CHAR / speed
+        gap = self.silence_after(options)
+        if not gap:
+            return speech
+        spoken = sum(1 for s in split_sentences(text) if any(ch.isalnum() for ch in s))
+        return speech + gap * max(0, spoken - 1)
+
+    # ---------------------------------------------------------------- idle unload
+    can_unload: bool = False
+    """Whether `unload` / `reload` work for this voice (a family that implements them sets it);
+    the server's `--unload-after` leaves the others loaded."""
+
+    @property
+    def loaded(self) -> bool:
+        """Whether its weights are in memory: False between `unload` and `reload`."""
+        return True
+
+    def unload(self) -> None:
+        """Release its weights and their memory (device memory on a GPU), keeping what a
+        request's front end needs (`units` still works): `reload` brings them back, as loaded.
+        The caller makes sure that nothing runs the voice meanwhile (engine/unload.py)."""
+        raise NotImplementedError(f"voices of family {self.family!r} cannot unload their weights")
+
+    def reload(self) -> None:
+        """Load the weights again after `unload` (from the voice's source, with the same device,
+        precision and runtime options); a loaded voice is left as it is."""
+        raise NotImplementedError(f"voices of family {self.family!r} cannot unload their weights")
 
     # ---------------------------------------------------------------- API
     def synthesize(self, text: str, options: SynthesisOptions | None = None) -> Audio:

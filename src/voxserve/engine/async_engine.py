@@ -17,6 +17,7 @@ import numpy as np
 from ..audio import AudioChunk
 from ..options import SynthesisOptions
 from .engine import Engine
+from .held_audio import HeldAudio
 
 _DONE = object()
 
@@ -61,8 +62,11 @@ class SpeechStream:
     """An accepted request. Iterate it (async) for AudioChunks in order; `aclose()` (or leaving an
     `async with`/`async for` early) cancels what is left."""
 
-    def __init__(self, engine: Engine, request_id: int, sink: _QueueSink, sample_rate: int):
+    def __init__(self, engine: Engine, request_id: int, sink: _QueueSink, sample_rate: int,
+                 held: HeldAudio | None = None):
         self.engine = engine
+        self._held = held  # a whole answer's charge of audio held (None: streamed, not charged)
+        self._samples = 0
         self.request_id = request_id
         self._sink = sink
         self.sample_rate = sample_rate
@@ -80,8 +84,12 @@ class SpeechStream:
             return None
         if isinstance(x, BaseException):
             self._done = True
+            self.release_held()
             raise x
         index, samples, text, partial, words = x
+        if self._held is not None:
+            self._samples += len(samples)
+            self._held.holds(self, self._samples)
         if self.timing.first_audio is None:
             self.timing.first_audio = time.monotonic()
         self.timing.audio_seconds += len(samples) / self.sample_rate
@@ -110,9 +118,15 @@ class SpeechStream:
                 self.cancel()
 
     def cancel(self) -> None:
+        self.release_held()
         if not self._done:
             self._done = True
             self.engine.cancel(self.request_id)
+
+    def release_held(self) -> None:
+        """A whole answer's audio is no longer held (sent, failed or dropped): its charge goes."""
+        if self._held is not None:
+            self._held.release(self)
 
     async def aclose(self) -> None:
         self.cancel()
@@ -128,14 +142,28 @@ class SpeechStream:
 
 
 class AsyncEngine:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, held: HeldAudio | None = None):
         self.engine = engine
+        self.held = held
+        """The budget of audio whole answers hold (None: not bounded)."""
 
     def submit(self, voice: str, text: str, options: SynthesisOptions | None = None,
                streaming: bool = True) -> SpeechStream:
         """Accept a request now (raises for bad input, overload, shutdown) and return its stream.
-        Must be called on the event loop thread."""
+        Must be called on the event loop thread. streaming=False: a whole answer, charged its
+        predicted audio (silence included) against `held` until `release_held` or its end."""
         loop = asyncio.get_running_loop()
         sink = _QueueSink(loop)
-        rid = self.engine.submit(voice, text, options, sink, streaming=streaming)
-        return SpeechStream(self.engine, rid, sink, self.engine.voice(voice).sample_rate)
+        v = self.engine.voice(voice)
+        held = None if streaming else self.held
+        stream = SpeechStream(self.engine, 0, sink, v.sample_rate, held)
+        try:
+            if held is not None:
+                retry = min(60.0, max(1.0, self.engine.queue_wait_s(voice) or 1.0))  # audio comes as work drains
+                held.admit(stream, v.predicted_audio_s(text, options), v.sample_rate, retry)
+            stream.request_id = self.engine.submit(voice, text, options, sink, streaming=streaming)
+        except BaseException:
+            stream.release_held()
+            stream._done = True  # nothing to cancel
+            raise
+        return stream

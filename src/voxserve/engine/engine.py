@@ -48,6 +48,7 @@ from .scheduler import (
     drain_seconds,
     time_admission,
 )
+from .unload import VoiceLoads
 
 log = logging.getLogger(__name__)
 
@@ -779,6 +780,8 @@ class Engine:
         self.batches_run = 0
         self.sentences_dropped = 0  # queued sentences dropped by cancellation
         self._stats_lock = threading.Lock()
+        self.loads = VoiceLoads()  # idle unload (engine/unload.py): a request's voice is loaded before its units
+        self._submitted = dict.fromkeys(self.voices, 0)  # requests accepted per voice (only ever grows)
 
     def _lanes(self, device: str, voices: list) -> tuple[int, int]:
         """(lanes, intra-op threads they share) for a device's worker."""
@@ -933,9 +936,21 @@ class Engine:
                               starved_since=now)
             self._requests[rid] = r
             w.requests[rid] = r
+            self._submitted[voice_name] += 1
             self._mark_activity()
         self._start_frontend(r)
         return rid
+
+    def voice_activity(self) -> dict[str, tuple[int, int]]:
+        """Per voice: (its requests in flight, its requests accepted so far), for idle unload."""
+        out = {}
+        for w in self._workers.values():
+            with w.cond:  # (submit counts under it)
+                busy = dict.fromkeys(w.voices, 0)
+                for r in w.requests.values():
+                    busy[r.voice] += 1
+                out.update({v: (n, self._submitted[v]) for v, n in busy.items()})
+        return out
 
     def queue_wait_s(self, voice_name: str, text: str | None = None) -> float | None:
         """The estimated wait of a request submitted now for this voice: for `text`, the work
@@ -996,6 +1011,8 @@ class Engine:
         w = r.worker
         budget = self.config.frontend_lookahead
         try:
+            if r.produced == 0:
+                self.loads.ensure(self.voices[r.voice])  # unloaded while idle: this request waits for the load
             while budget > 0:
                 with w.cond:
                     if r.finished:

@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..audio import EncoderOwner, SentenceJoiner, available_stream_formats, encode_audio, open_stream_encoder
 from ..engine import AsyncEngine, Engine, SpeechStream
+from ..engine.held_audio import HeldAudio
 from ..errors import (
     AudioTooLongError,
     EngineClosedError,
@@ -366,7 +367,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     metrics = Metrics(engine)
     if engine.observer is None:
         engine.observer = metrics
-    aengine = AsyncEngine(engine)
+    aengine = AsyncEngine(engine, HeldAudio(int(config.max_held_audio_mb * 2**20)))
     default_voice = next(iter(engine.voices))
     ready = threading.Event()
 
@@ -408,6 +409,7 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.config = config
     app.state.metrics = metrics
+    app.state.held_audio = aengine.held  # the whole answers' audio budget (engine/held_audio.py)
     app.state.ready = ready
     app.state.warmed_up = warmed
 
@@ -567,11 +569,14 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         media, headers = headers_for(encoder, fmt)
         if chunked:
             return StreamingResponse(body(request, stream, encoder, fmt, silence_s), media_type=media, headers=headers)
-        chunks = await collect(request, stream, encoder)
-        if chunks is None:
-            return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
-        samples = SentenceJoiner(stream.sample_rate, silence_s).join(chunks)
-        return Response(await encode_whole(samples, stream.sample_rate, fmt), media_type=media, headers=headers)
+        try:
+            chunks = await collect(request, stream, encoder)
+            if chunks is None:
+                return Response(status_code=CLIENT_CLOSED)  # no one reads it; counted as a disconnect
+            samples = SentenceJoiner(stream.sample_rate, silence_s).join(chunks)
+            return Response(await encode_whole(samples, stream.sample_rate, fmt), media_type=media, headers=headers)
+        finally:
+            stream.release_held()  # its samples are gone; the encoded file is smaller
 
     async def collect(request: Request, stream: SpeechStream, encoder: EncoderOwner):
         """A whole request's chunks (cancelling if the client goes away: None), within its timeout."""
@@ -706,13 +711,16 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
         silence = engine.voice(voice).silence_after(options)
         stream, encoder = await start(voice, req.input, options, fmt, streaming=req.stream)
         if not req.stream:
-            chunks = await collect(request, stream, encoder)
-            if chunks is None:
-                return Response(status_code=CLIENT_CLOSED)
-            sr = stream.sample_rate
-            samples = SentenceJoiner(sr, silence).join(chunks)
-            words = joined_words([(len(c.samples), c.words, c.partial) for c in chunks], sr, silence)
-            data = await encode_whole(samples, sr, fmt)
+            try:
+                chunks = await collect(request, stream, encoder)
+                if chunks is None:
+                    return Response(status_code=CLIENT_CLOSED)
+                sr = stream.sample_rate
+                samples = SentenceJoiner(sr, silence).join(chunks)
+                words = joined_words([(len(c.samples), c.words, c.partial) for c in chunks], sr, silence)
+                data = await encode_whole(samples, sr, fmt)
+            finally:
+                stream.release_held()
             return JSONResponse({"audio": base64.b64encode(data).decode("ascii"), "format": fmt,
                                  "sample_rate": encoder.sample_rate, "words": words_json(words)},
                                 headers={"Cache-Control": "no-store"})

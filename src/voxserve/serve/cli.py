@@ -161,6 +161,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (VoiceLoadError, FileNotFoundError) as e:
         # a --voice that names nothing loadable is bad input (exit 2), like any other bad flag
         raise ValueError(str(e)) from None
+    if settings.load.unload_after is not None:
+        from ..engine.unload import IdleUnloader
+
+        IdleUnloader(engine, settings.load.unload_after).start()
     check_can_listen(settings.server.host, settings.server.port)  # before the announcement: a busy port is one line
     if wyoming is not None:
         kind, wy_host, wy_port = _wyoming_module().parse_uri(wyoming.uri)

@@ -46,6 +46,10 @@ class AppConfig:
     body_timeout_s: float = 30.0
     """A request's whole body must arrive within this long of its headers (else 408, connection
     closed), so that a slow or stalled upload cannot hold a connection open."""
+    max_held_audio_mb: float = 1024.0
+    """Whole (not streamed) answers in flight may hold this much audio together (MiB, at 10 bytes a
+    sample: engine/held_audio.py); one that would pass it gets 429 with Retry-After, one that alone
+    passes it 413. 1024: a 30-minute answer at 48 kHz fits; streamed answers are not counted."""
     max_connections: int | None = 1024
     """Open connections beyond this get 503 and are closed (with `http_protocol(app)`): far above
     what the engine admits, it only keeps a flood of idle connections from using up file
@@ -59,6 +63,8 @@ class AppConfig:
             raise ValueError("max_input_chars and max_body_bytes must be at least 1")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if not self.max_held_audio_mb > 0:
+            raise ValueError(f"max_held_audio_mb must be over 0, not {self.max_held_audio_mb!r}")
         return self
 
 
@@ -81,6 +87,14 @@ class LoadSettings:
     """Voices loaded at start (the first is the default); requests may use only these."""
     device: str = "auto"
     dtype: str | None = None
+    unload_after: float | None = None
+    """A voice unused for this many seconds releases its weights, and loads again on its next
+    request (None: never)."""
+
+    def validate(self) -> "LoadSettings":
+        if self.unload_after is not None and not 0 < self.unload_after <= 7 * 86400:
+            raise ValueError(f"unload_after must be in (0, 604800] s, not {self.unload_after!r}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,7 @@ class ServeSettings:
     def validate(self) -> "ServeSettings":
         self.http.validate()
         self.engine.validate()
+        self.load.validate()
         self.limits.validate()
         known = runtime_fields()
         for name in self.runtime:
@@ -220,6 +235,10 @@ HELP = {
               "or NAME=SOURCE to name it "
               "(repeatable; the first is the default)",
     "device": "cpu, cuda, cuda:N or auto",
+    "unload_after": "seconds after which a voice no request has used releases its weights (and GPU memory); "
+                    "its next request waits for it to load again (off by default)",
+    "max_held_audio_mb": "MiB of audio whole (not streamed) answers in flight may hold together: a request "
+                         "that would pass it gets 429, one that alone passes it 413",
     "dtype": "fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)",
     "api_key": "require 'Authorization: Bearer KEY' on every route but /health (env VOXSERVE_API_KEY)",
     "max_input_chars": "longest input accepted (413 beyond)",

@@ -127,8 +127,8 @@ class RelAttention(nn.Module):
         self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.dk))
         self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.dk))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
-        """x [B, T, d]; mask [B, T, P + T] bool; pos from RelPositions(T, past=P). past: the
+    def forward(self, x: torch.Tensor, mask: "KeepRows", pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
+        """x [B, T, d]; mask: [B, T, P + T] by rows; pos from RelPositions(T, past=P). past: the
         rows' cached (k, v) [B, H, P, dk], left-padded to P (so that key index minus P is the
         offset from every row's first new frame); out_kv: a list that gets this call's (k, v)."""
         b, t, _ = x.shape
@@ -151,7 +151,7 @@ class RelAttention(nn.Module):
             # query i, key j: offset P + i - j sits at index (T - 1) - i + j, a strided view of bd (no copy)
             bd = bd.as_strided((b, self.h, i1 - i0, n_keys), (bd.stride(0), bd.stride(1), bd.stride(2) - 1, 1),
                                bd.storage_offset() + t - 1 - i0)
-            bias = bd.masked_fill(~mask[:, None, i0:i1], float("-inf"))  # [B, H, rows, P+T]; every row keeps a key
+            bias = bd.masked_fill(~mask.rows(i0, i1)[:, None], float("-inf"))  # [B, H, rows, P+T]; every row keeps a key
             outs.append(F.scaled_dot_product_attention(qu[:, :, i0:i1], k, v, attn_mask=bias))
         out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.dk))
@@ -253,7 +253,7 @@ class UpsampleEncoder(nn.Module):
         x = self.embed(emb) * (pos[None] < seen[:, None]).unsqueeze(-1).to(emb.dtype)
         valid = pos[None, :t] < lengths[:, None]
         chunk = self.dims.encoder_chunk if streaming else 0
-        mask = attention_mask(valid, chunk)
+        mask = KeepRows(valid, chunk)
         x = self.pre_lookahead_layer(x)
         pos = self.pos(t, x.device, x.dtype)
         for layer in self.encoders:
@@ -263,7 +263,7 @@ class UpsampleEncoder(nn.Module):
         t2 = x.shape[1]
         valid = torch.arange(t2, device=x.device)[None] < lengths[:, None]
         x = self.up_embed(x)
-        mask = attention_mask(valid, chunk * self.dims.token_mel_ratio)
+        mask = KeepRows(valid, chunk * self.dims.token_mel_ratio)
         pos = self.pos(t2, x.device, x.dtype)
         for layer in self.up_encoders:
             x = layer(x, mask, pos)
@@ -315,7 +315,7 @@ class UpsampleEncoder(nn.Module):
         """Conformer blocks over new frames x [B, N, d] after `past` cached ones per row
         (p = max(past), known on the host)."""
         n = x.shape[1]
-        keep = _chunk_keep(past, new, p, n, chunk, left=True)
+        keep = KeepRows(whole=_chunk_keep(past, new, p, n, chunk, left=True))  # a chunk's: small
         pos = self.pos(n, x.device, x.dtype, past=p)
         for k, layer in enumerate(layers):
             i = first + 2 * k
@@ -357,6 +357,33 @@ class CausalResnet(nn.Module):
         return self.block2(h, mask, tape) + self.res_conv(x * mask)
 
 
+class KeepRows:
+    """Which keys each query of the flow's attentions sees, [B, T, T'] bool, made a block of
+    query rows at a time (`rows`): the whole mask is frames squared per batch row (in the
+    estimator, bool copies and a float one were 1.8 GB for the 14 rows (7 sentences, CFG doubled)
+    of 3,400 frames a sentence run to the LM's length bound makes). Either `attention_mask(valid, chunk)` by rows,
+    or rows of a given mask (a chunk's, `Tape.keep`: small)."""
+
+    def __init__(self, valid: torch.Tensor | None = None, chunk: int = 0, whole: torch.Tensor | None = None):
+        self.valid, self.chunk, self.whole = valid, chunk, whole  # valid [B, T] bool
+
+    def rows(self, i0: int, i1: int) -> torch.Tensor:
+        """[B, i1 - i0, T'] bool: rows i0..i1 of the mask (equal to attention_mask's rows)."""
+        if self.whole is not None:
+            return self.whole[:, i0:i1]
+        n = self.valid.shape[1]
+        mask = self.valid[:, None, :].expand(-1, i1 - i0, -1)
+        if self.chunk > 0:
+            q = torch.arange(i0, i1, device=self.valid.device)
+            mask = mask & (torch.arange(n, device=self.valid.device)[None, :] < ((q // self.chunk + 1) * self.chunk)[:, None])[None]
+        return mask | ~mask.any(-1, keepdim=True)
+
+
+def _bias(keep: torch.Tensor, dtype) -> torch.Tensor:
+    """keep [B, rows, T'] bool -> the additive mask [B, 1, rows, T'] for one attention step."""
+    return (~keep)[:, None].to(dtype) * -1.0e10
+
+
 class Attention(nn.Module):
     def __init__(self, d: int, heads: int, head_dim: int):
         super().__init__()
@@ -367,16 +394,16 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(d, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, d)])
 
-    def forward(self, x, bias, tape=None):  # x [B, T, d], bias [B, T, T'] additive (T' = T without a tape)
+    def forward(self, x, keep: KeepRows, tape=None):  # x [B, T, d]; keep: [B, T, T'] (T' = T without a tape)
         b, t, _ = x.shape
         q, k, v = (f(x).view(b, t, self.h, self.hd).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
         if tape is not None:
             k, v = tape.keys(k, v)
-        bias = bias[:, None].to(q.dtype)  # [B, 1, T, T']
         rows = attention.query_rows(b * self.h, t, k.shape[2], SCORE_BLOCK)
-        out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v, attn_mask=bias[:, :, i:i + rows])
+        out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v,
+                                                        attn_mask=_bias(keep.rows(i, min(t, i + rows)), q.dtype))
                          for i in range(0, t, rows)], 2) if rows < t else \
-            F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            F.scaled_dot_product_attention(q, k, v, attn_mask=_bias(keep.rows(0, t), q.dtype))
         return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.h * self.hd))
 
 
@@ -398,8 +425,8 @@ class TransformerBlock(nn.Module):
         self.ff = nn.Module()
         self.ff.net = nn.ModuleList([GeluProj(d, 4 * d), nn.Identity(), nn.Linear(4 * d, d)])
 
-    def forward(self, x, bias, tape=None):
-        x = x + self.attn1(self.norm1(x), bias, tape)
+    def forward(self, x, keep, tape=None):
+        x = x + self.attn1(self.norm1(x), keep, tape)
         h = self.ff.net[0](self.norm3(x))
         return x + self.ff.net[2](h)
 
@@ -442,10 +469,10 @@ class Estimator(nn.Module):
         self.final_block = CausalBlock(c, c)
         self.final_proj = nn.Conv1d(c, dims.mel, 1)
 
-    def _blocks(self, blocks, x, bias, tape):
+    def _blocks(self, blocks, x, keep, tape):
         h = x.transpose(1, 2)
         for blk in blocks:
-            h = blk(h, bias, tape)
+            h = blk(h, keep, tape)
         return h.transpose(1, 2)
 
     def forward(self, x, mask, mu, t, spks, cond, streaming: bool, tape: "Tape | None" = None):
@@ -454,19 +481,19 @@ class Estimator(nn.Module):
         temb = self.time_mlp(timestep_embedding(t, self.dims.est_in).to(x.dtype))
         h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], 1)
         if tape is None:
-            keep = attention_mask(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
+            keep = KeepRows(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
         else:
-            keep = tape.keep
-        bias = (1.0 - keep.to(h.dtype)) * -1.0e10  # [B, T, T(+cached)]
+            keep = KeepRows(whole=tape.keep)
+        # keep: [B, T, T(+cached)], each attention step makes its rows' mask (KeepRows, _bias)
         res, blocks, conv = self.down_blocks[0]
-        h = self._blocks(blocks, res(h, mask, temb, tape), bias, tape)
+        h = self._blocks(blocks, res(h, mask, temb, tape), keep, tape)
         skip = h
         h = conv(h * mask, tape)
         for res, blocks in self.mid_blocks:
-            h = self._blocks(blocks, res(h, mask, temb, tape), bias, tape)
+            h = self._blocks(blocks, res(h, mask, temb, tape), keep, tape)
         res, blocks, conv = self.up_blocks[0]
         h = torch.cat([h, skip], 1)
-        h = self._blocks(blocks, res(h, mask, temb, tape), bias, tape)
+        h = self._blocks(blocks, res(h, mask, temb, tape), keep, tape)
         h = conv(h * mask, tape)
         h = self.final_block(h, mask, tape)
         return self.final_proj(h * mask) * mask

@@ -94,4 +94,5 @@ def load_piper_voice(
         runner.warmup()  # capture the CUDA graph grid (or compile) now, not on a user's request
     frontend = TextFrontend(config.espeak_voice, config.phoneme_id_map, config.phoneme_map,
                             config.vowel_clusters, max_phonemes=max_phonemes)
-    return VitsVoice(config, runner, frontend, source_path=model_path)
+    return VitsVoice(config, runner, frontend, source_path=model_path, config_path=config_path,
+                     loader=load_piper_voice)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from ...audio import silence_samples
 from ...errors import UnknownSpeakerError, UnpronounceableTextError
+from ...runtime.allocator import release_free_memory
 from ...options import SynthesisOptions
 from ...text.aligned import Aligned
 from ...text.frontend import TextFrontend, check_text
@@ -34,7 +37,10 @@ class VitsVoice(Voice):
     family = "piper"
     word_timestamps = True
 
-    def __init__(self, config, runner, frontend: TextFrontend, source_path=None):
+    can_unload = True
+
+    def __init__(self, config, runner, frontend: TextFrontend, source_path=None, config_path=None,
+                 loader: Callable[..., "VitsVoice"] | None = None):
         assert isinstance(config, VoiceConfig)
         self.config = config
         self.name = config.name
@@ -42,23 +48,57 @@ class VitsVoice(Voice):
         self.runner = runner
         self.frontend = frontend
         self.source_path = source_path
+        self.config_path = config_path
+        self._loader = loader  # load_piper_voice, given by the loader (which imports this module)
+        self._unloaded: _Unloaded | None = None  # what `reload` needs while the runner is gone
 
     def __repr__(self) -> str:
-        return f"VitsVoice({self.name!r}, device={self.runner.device}, sample_rate={self.sample_rate})"
+        return f"VitsVoice({self.name!r}, device={self.device}, sample_rate={self.sample_rate})"
 
     @property
     def device(self):
-        return self.runner.device
+        return self.runner.device if self._unloaded is None else self._unloaded.device
 
     @property
     def concurrent_runs(self) -> bool:
-        return self.runner.concurrent_runs
+        return self.runner.concurrent_runs if self._unloaded is None else self._unloaded.concurrent_runs
 
     @property
     def batch_cost(self) -> int:
         # a CPU batch costs about the sum of its sentences: past a few sentences, a bigger one
         # only holds more activations (docs/benchmarks.md, "Memory of voxserve say")
-        return CPU_BATCH_COST if self.runner.device.type == "cpu" else MAX_BATCH_COST
+        return CPU_BATCH_COST if self.device.type == "cpu" else MAX_BATCH_COST
+
+    # ---------------------------------------------------------------- idle unload
+    @property
+    def loaded(self) -> bool:
+        return self._unloaded is None
+
+    def unload(self) -> None:
+        """Voice.unload: the runner (weights, stages, CUDA graphs) goes; the front end stays."""
+        import torch
+
+        if self._unloaded is not None:
+            return
+        if self.source_path is None or self._loader is None:
+            raise NotImplementedError(f"voice {self.name!r} was not loaded from a file: it cannot reload")
+        r = self.runner
+        self._unloaded = _Unloaded(r.device, r.dtype, r.config, r.concurrent_runs)
+        self.runner = None
+        del r
+        gc.collect()  # the model's modules hold reference cycles
+        if self._unloaded.device.type == "cuda":
+            torch.cuda.empty_cache()
+        release_free_memory()
+
+    def reload(self) -> None:
+        u = self._unloaded
+        if u is None:
+            return
+        fresh = self._loader(self.source_path, self.config_path, name=self.config.name, device=u.device,
+                                 dtype=u.dtype, runtime=u.options)
+        self.runner = fresh.runner
+        self._unloaded = None
 
     @property
     def speakers(self) -> list[str]:
@@ -132,6 +172,15 @@ class VitsVoice(Voice):
         split = [p for t in normalized for p in split_sentences(t)] if silence else ()
         return limited(gen(), self.limits, split, silence)
 
+    def predicted_audio_s(self, text: str, options: SynthesisOptions | None = None) -> float:
+        """Voice.predicted_audio_s over the text without its markup, plus its SSML breaks (a
+        whole answer of breaks holds their silence: issue 49's 1790 s from 3.4 KB)."""
+        opts = options or SynthesisOptions()
+        doc = self.frontend.document(text, opts.input_format)
+        breaks = sum(b.seconds for b in doc if isinstance(b, Break))
+        said = " ".join(span.text for span in doc if isinstance(span, Span))
+        return super().predicted_audio_s(said, options) + breaks
+
     # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make
     # over ordinary sentences (docs/benchmarks.md, "Figures behind the code's defaults"), so
     # predictions refuse only clear excess.
@@ -203,6 +252,16 @@ class VitsVoice(Voice):
             sentence_seed(opts.seed, index),
             self.limits.max_sentence_samples(self.sample_rate) // self.runner.dims.hop_length,
         )
+
+
+@dataclass(frozen=True)
+class _Unloaded:
+    """An unloaded voice's runner settings: where and how `reload` loads it again."""
+
+    device: Any
+    dtype: Any
+    options: Any  # the runner's RuntimeOptions
+    concurrent_runs: bool
 
 
 # The most silence one unit holds (with the sentence silence before it): longer runs of SSML
