@@ -1,8 +1,9 @@
-"""HTTP API (FastAPI): OpenAI-compatible /v1/audio/speech, native /v1/synthesize, voices,
-models, health, readiness and Prometheus metrics. Thin: requests become engine submissions;
-audio streams back as the engine makes it, encoded chunk by chunk.
+"""HTTP API (FastAPI): OpenAI-compatible /v1/audio/speech, native /v1/synthesize, voices (listed,
+made from a recording, deleted), models, health, readiness and Prometheus metrics;
+/v1/audio/speech/stream (WebSocket) takes text as it is written. Thin: requests become engine
+submissions; audio streams back as the engine makes it, encoded chunk by chunk.
 
-The app is routers (`routes/`: speech, synthesize, voices, health, playground) over one
+The app is routers (`routes/`: speech, stream, synthesize, voices, health, playground) over one
 `SpeechService` (service.py: the engine, settings, metrics, readiness), inside the `Guard`
 (guard.py: API key, body limits, request counting).
 
@@ -31,7 +32,8 @@ from .guard import ROUTES, Guard, http_protocol  # noqa: F401  (http_protocol: t
 from .http_errors import QUIET_CUT_SHORT, BadRequest, CutShort, error_for, error_response
 from .metrics import Metrics
 from .playground import playground_router
-from .routes import health, speech, synthesize, voices
+from .routes import health, speech, stream, synthesize, voices
+from .routes.stream import MAX_MESSAGE_BYTES as WS_MAX_BYTES  # noqa: F401  (uvicorn's ws_max_size)
 from .service import SpeechService
 
 _error_for = error_for  # (the name tests and older callers use)
@@ -108,7 +110,8 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
 
     _add_error_handlers(app)
     logging.getLogger("uvicorn.error").addFilter(QUIET_CUT_SHORT)  # once: a logger keeps one of each
-    for router in (speech.router, synthesize.router, voices.router, health.router, playground_router()):
+    for router in (speech.router, stream.router, synthesize.router, voices.router, health.router,
+                   playground_router()):
         app.include_router(router)
     app.add_middleware(Guard, config=config, metrics=metrics)
     return app

@@ -4,6 +4,7 @@ defaults without importing the web stack (`voxserve --help` starts in well under
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -11,9 +12,11 @@ class AppConfig:
     """HTTP-level settings (the engine has its own)."""
 
     api_key: str | None = None
-    """If set, every route except /health and the playground page (`/`, its assets) needs `Authorization: Bearer <key>`."""
+    """If set, every route except /health and the playground page (`/`, its assets) needs `Authorization: Bearer <key>`
+    (the /v1/audio/speech/stream WebSocket too, in its handshake)."""
     max_input_chars: int = 4096
-    """Longer input is refused with 413 (OpenAI's limit for /v1/audio/speech is 4096)."""
+    """Longer input is refused with 413 (OpenAI's limit for /v1/audio/speech is 4096). A
+    /v1/audio/speech/stream session holds at most this much text not yet spoken."""
     max_body_bytes: int = 1 << 20
     """Request bodies over this are refused with 413 before they are parsed."""
     shutdown_timeout_s: float = 30.0
@@ -33,3 +36,15 @@ class AppConfig:
     """Open connections beyond this get 503 and are closed (with `http_protocol(app)`): far above
     what the engine admits, it only keeps a flood of idle connections from using up file
     descriptors. None: no bound."""
+    stream_max_connections: int = 64
+    """Open /v1/audio/speech/stream WebSockets beyond this are closed at once (code 1013, "try
+    again later"): each holds text, audio and an encoder."""
+    stream_idle_timeout_s: float = 30.0
+    """A /v1/audio/speech/stream client that sends nothing while no audio is owed to it, or that
+    takes longer than this to take a frame of its audio, is closed (its sentences dropped)."""
+    max_upload_bytes: int = 8 << 20
+    """POST /v1/audio/voices bodies (a prompt recording, up to 30 s) over this get 413; the
+    other routes' bound is `max_body_bytes`."""
+    voice_dir: Path | None = None
+    """Where POST /v1/audio/voices saves voices (as `voxserve voices add`); None: the user voice
+    folder (~/.local/share/voxserve/voices)."""

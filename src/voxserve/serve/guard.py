@@ -14,8 +14,10 @@ from .metrics import Metrics
 from .playground import PATHS as PLAYGROUND_PATHS
 
 ROUTES = ("/", "/v1/audio/speech", "/v1/audio/voices", "/v1/audio/captioned_speech", "/v1/synthesize", "/v1/voices",
-          "/v1/models", "/health", "/ready", "/metrics")
+          "/v1/models", "/health", "/ready", "/metrics", "/v1/audio/speech/stream")
 """The routes counted by name in the request metrics (others: "other")."""
+UPLOAD_PATH = "/v1/audio/voices"
+"""The route whose bodies (a recording) are bounded by `max_upload_bytes`."""
 
 
 # ----------------------------------------------------------------------------- ASGI guard
@@ -88,7 +90,7 @@ class Guard:
         if denied is not None:
             return await denied(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        limit = self.config.max_body_bytes
+        limit = self.config.max_upload_bytes if path == UPLOAD_PATH else self.config.max_body_bytes
         try:
             declared = int(headers.get(b"content-length", b"0") or 0)
         except ValueError:
@@ -181,6 +183,14 @@ def http_protocol(app) -> type:
             if self._head_timer is not None and self.cycle is not self._head_for:
                 self._head_timer.cancel()  # a new request's head is complete
                 self._head_timer = None
+
+        def handle_websocket_upgrade(self, event) -> None:
+            # the connection is the WebSocket protocol's from here: this timer's 408 would be
+            # written into its frames (and the connection closed) mid-session
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().handle_websocket_upgrade(event)
 
         def connection_lost(self, exc) -> None:
             if self._head_timer is not None:

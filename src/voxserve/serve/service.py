@@ -1,6 +1,7 @@
 """The server's one service object: the engine, its asyncio side, the settings, the metrics,
-readiness and the voices; what every route (HTTP, WebSocket) calls to start a request, encode
-its audio and end it. Routes hold no state of their own (`service(request)` finds this)."""
+readiness and the voices (those made over HTTP: `ClonedVoices`); what every route (HTTP,
+WebSocket) calls to start a request, encode its audio and end it. Routes hold no state of their
+own (`service(request)` finds this)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import EngineClosedError, TextTooLongError, UnknownVoiceError, VoxserveError
 from ..options import SynthesisOptions
 from ..voices.registry import OPENAI_VOICES, resolve_voice
+from .clones import ClonedVoices
 from .config import AppConfig
 from .http_errors import FAILED_LATE, BadRequest, CutShort, InternalError, error_body, error_for
 from .metrics import Metrics
@@ -59,6 +61,8 @@ class SpeechService:
         self.default_voice = next(iter(engine.voices))
         self.ready = threading.Event()
         self.warmed: list[str] = []  # the voices whose warm-up ran to the end, in order
+        self.clones = ClonedVoices(engine, config.voice_dir)
+        self.stream_sessions = 0  # open /v1/audio/speech/stream sessions (changed on the event loop only)
 
     # ------------------------------------------------------------------ lifecycle
     def warm_up(self) -> None:
@@ -110,6 +114,16 @@ class SpeechService:
             return self.default_voice
         resolve_voice(name, allow_paths=False)  # unknown: UnknownVoiceError (404) listing the registry
         raise UnknownVoiceError(name, sorted(engine.voices))  # installed but not loaded here
+
+    def voice_and_options(self, name: str | None, openai: bool,
+                          options: SynthesisOptions) -> tuple[str, SynthesisOptions]:
+        """The loaded voice a request names and its options: a voice made over HTTP
+        (`ClonedVoices`) is its maker's voice with its speaker."""
+        if name is not None and name not in self.engine.voices:
+            made = self.clones.resolve(name, options)
+            if made is not None:
+                return made
+        return self.voice_for(name, openai), options
 
     def check_model(self, model: str) -> None:
         if model not in OPENAI_MODELS and model != MODEL_ID and model not in self.engine.voices:

@@ -38,9 +38,8 @@ async def respond(svc: SpeechService, request: Request, stream: SpeechStream, en
     return Response(await svc.encode_whole(samples, stream.sample_rate, fmt), media_type=media, headers=headers)
 
 
-async def synthesis(svc: SpeechService, request: Request, req, voice: str, text: str, streaming: bool,
+async def synthesis(svc: SpeechService, request: Request, req, voice: str, options, text: str, streaming: bool,
                     chunked: bool) -> Response:
-    options = req.options()
     stream, encoder = await svc.start(voice, text, options, req.response_format, streaming=streaming)
     silence = svc.engine.voice(voice).silence_after(options)
     return await respond(svc, request, stream, encoder, req.response_format, silence, chunked=chunked)
@@ -72,13 +71,12 @@ async def _sse(svc: SpeechService, request: Request, stream: SpeechStream, encod
 @router.post("/v1/audio/speech")
 async def speech(req: SpeechRequest, request: Request, svc: SpeechService = Depends(service)):
     svc.check_model(req.model)
-    voice = svc.voice_for(req.voice_name, openai=True)
+    voice, options = svc.voice_and_options(req.voice_name, True, req.options())
     if req.stream_format == "audio":
         # FLAC records its length (STREAMINFO total samples) only if known before its first
         # byte; libsndfile (soundfile.read) cannot read one without it: sent whole
         streamed = req.response_format != "flac"
-        return await synthesis(svc, request, req, voice, req.input, streaming=streamed, chunked=streamed)
-    options = req.options()
+        return await synthesis(svc, request, req, voice, options, req.input, streaming=streamed, chunked=streamed)
     stream, encoder = await svc.start(voice, req.input, options, req.response_format, streaming=True)
     media, headers = svc.headers_for(encoder, req.response_format)
     headers |= {"X-Audio-Media-Type": media, "X-Accel-Buffering": "no"}
@@ -97,7 +95,7 @@ async def captioned_speech(req: CaptionedSpeechRequest, request: Request, svc: S
     """The speech body, answered as JSON: the whole file (base64) and its words, or with
     `stream`, NDJSON lines of one sentence each (pcm or wav), words in whole-audio time."""
     svc.check_model(req.model)
-    voice = svc.voice_for(req.voice_name, openai=True)
+    voice, options = svc.voice_and_options(req.voice_name, True, req.options())
     if not getattr(svc.engine.voice(voice), "word_timestamps", False):  # (fakes lack it)
         raise BadRequest(f"voice {voice!r} gives no word timestamps; use /v1/audio/speech", "voice",
                          "unsupported_voice")
@@ -105,7 +103,6 @@ async def captioned_speech(req: CaptionedSpeechRequest, request: Request, svc: S
     if req.stream and fmt not in CAPTION_STREAM_FORMATS:
         raise BadRequest(f"a streamed captioned response carries {' or '.join(CAPTION_STREAM_FORMATS)} "
                          f"audio, not {fmt!r}", "response_format", "unsupported_format")
-    options = req.options()
     silence = svc.engine.voice(voice).silence_after(options)
     stream, encoder = await svc.start(voice, req.input, options, fmt, streaming=req.stream)
     if not req.stream:
