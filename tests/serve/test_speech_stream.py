@@ -35,8 +35,8 @@ class LongVoice(FakeVoice):
 
 
 @contextmanager
-def serving(voice, **config):
-    eng = Engine([voice], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
+def serving(voice, max_batch_size: int = SchedulerConfig.max_batch_size, **config):
+    eng = Engine([voice], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=max_batch_size)))
     app = create_app(eng, AppConfig(warmup=False, **config))
     with serving_in_thread(app) as (port, client):
         yield port, app, client
@@ -168,7 +168,7 @@ def test_a_client_that_stops_reading_is_closed_and_leaves_nothing_behind():
 def test_a_disconnect_mid_sentence_leaves_nothing_in_flight_or_queued():
     voice = FakeVoice(sample_rate=16000)
     voice.gate = threading.Event()  # the first batch waits: the client leaves while it runs
-    with serving(voice) as (port, app, client):
+    with serving(voice, max_batch_size=1) as (port, app, client):  # (so the others wait in the queue)
         with ws(port) as c:
             start(c)
             c.send(json.dumps({"type": "text", "text": "One is here. Two is here. Three is here. Fo"}))
