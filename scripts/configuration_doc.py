@@ -34,6 +34,14 @@ SECTIONS = {
 """The tree's sections, in the doc's order, with their headings."""
 
 WHEN = {
+    "stream_max_connections": "Each open text-streaming WebSocket holds text, audio and an encoder: lower on a "
+                              "small box, raise for many voice-agent sessions.",
+    "stream_idle_timeout_s": "Raise for a client (an LLM) that pauses long between pieces of text; lower to free "
+                             "sessions of clients that went away sooner.",
+    "max_upload_bytes": "Raise only for prompt recordings in an uncompressed format at a high rate (8 MiB holds "
+                        "30 s of 48 kHz 16-bit stereo WAV).",
+    "voice_dir": "To keep voices cloned over HTTP apart from those `voxserve voices add` saves for this user "
+                 "(the server then finds them only if the folder is on VOXSERVE_VOICES_PATH).",
     "host": "To serve other machines (`0.0.0.0`); set `--api-key` too.",
     "port": "Another port.",
     "wyoming": "`tcp://127.0.0.1:10200` also serves Home Assistant's Wyoming protocol from the same process and "

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -100,3 +101,35 @@ class ServerProcess:
         if self.log:
             self.log.close()
         return self.proc.returncode
+
+
+@contextmanager
+def serving_in_thread(app, ready_path: str = "/health"):
+    """`app` served by uvicorn (with the app's connection guards) on a free loopback port in a
+    thread of this process: (port, an httpx client of it); stopped on exit."""
+    import threading
+
+    import uvicorn
+
+    from voxserve.serve.app import WS_MAX_BYTES, http_protocol
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=http_protocol(app), log_config=None,
+                                        log_level="warning", access_log=False, ws_max_size=WS_MAX_BYTES,
+                                        ws_per_message_deflate=False))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT, trust_env=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if client.get(ready_path).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    try:
+        yield port, client
+    finally:
+        client.close()
+        srv.should_exit = True
+        thread.join(30)

@@ -12,6 +12,7 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -256,6 +257,20 @@ class Voice(ABC):
         voice unloaded. Where `languages` is not empty, `SynthesisOptions.language` accepts each
         of these tags too. Empty = not known."""
         return []
+
+    clones: bool = False
+    """Makes speakers from recordings (`clone`, `forget`): the zero-shot families (CosyVoice 2)."""
+
+    def clone(self, name: str, wave: np.ndarray, sample_rate: int, text: str, folder: Path) -> Path:
+        """A voice `name` made from a recording (mono float32 [N] at `sample_rate`) and its
+        transcript: a speaker of this voice at once (`speaker=name`), and saved in `folder` as
+        `voxserve voices add` saves one (its path returned). Only where `clones`; a recording
+        the family cannot use is a ValueError."""
+        raise NotImplementedError(f"{self.family} voices make no voices from recordings")
+
+    def forget(self, name: str) -> None:
+        """Drop the speaker `clone` made (its saved copy is the caller's to delete)."""
+        raise NotImplementedError(f"{self.family} voices make no voices from recordings")
 
     def step_runner(self) -> StepRunner | None:
         """The voice's step runner if it runs as one (autoregressive families; the same

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from serve_fakes import FakeVoice
 
-import voxserve.serve.app as app_module
+import voxserve.serve.service as app_module
 from voxserve.audio import EncoderOwner, StreamEncoder, open_stream_encoder
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.serve.app import AppConfig, create_app

@@ -211,10 +211,10 @@ def test_sentence_buffer_holds_the_last_piece_until_text_follows():
 def test_sentence_buffer_splits_only_when_a_sentence_may_have_ended(monkeypatch):
     """Chunks that cannot end a sentence cost their own length, not a re-split of the held text
     (issue 49: 4 KB held, then 19,000 empty chunks, each re-split 4 KB on the event loop)."""
-    from voxserve.serve import wyoming
+    from voxserve.text import split as text_split
 
     calls = []
-    monkeypatch.setattr(wyoming, "split_sentences", lambda t: calls.append(len(t)) or split_sentences(t))
+    monkeypatch.setattr(text_split, "split_sentences", lambda t: calls.append(len(t)) or split_sentences(t))
     buf = SentenceBuffer()
     assert buf.feed("word " * 800) == [] and len(calls) == 0
     for piece in ["", "", " ", "more", "", "words"] * 100:
@@ -431,11 +431,11 @@ def test_a_flood_of_chunks_without_a_sentence_end_keeps_the_event_loop_responsiv
     import json
     import threading
 
-    from voxserve.serve import wyoming
+    from voxserve.text import split as text_split
 
     eng, _ = fake
     splits = []
-    monkeypatch.setattr(wyoming, "split_sentences", lambda t: splits.append(len(t)) or split_sentences(t))
+    monkeypatch.setattr(text_split, "split_sentences", lambda t: splits.append(len(t)) or split_sentences(t))
 
     def line(kind: str, **data) -> bytes:
         return json.dumps({"type": kind, "data": data}).encode() + b"\n"

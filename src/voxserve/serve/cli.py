@@ -143,7 +143,7 @@ def _allocator(ns: argparse.Namespace) -> None:
 def cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app, http_protocol
+    from .app import WS_MAX_BYTES, create_app, http_protocol
     from .build import build_engine
 
     if getattr(ns, "ray", False):
@@ -178,7 +178,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     _raise_fd_limit(app_config.max_connections + 256)
     config = uvicorn.Config(app, host=settings.server.host, port=settings.server.port, log_level="info" if ns.verbose else "warning",
                             timeout_graceful_shutdown=int(max(1, settings.http.shutdown_timeout_s)),
-                            http=http_protocol(app), access_log=bool(ns.verbose))
+                            http=http_protocol(app), access_log=bool(ns.verbose), ws_max_size=WS_MAX_BYTES,
+                            ws_per_message_deflate=False)  # audio frames barely compress: no CPU on it
     server = uvicorn.Server(config)
     lanes = ", ".join(f"{dev}: {n}{f' (+{n} urgent)' if engine.urgent_lanes[dev] else ''}"
                       for dev, n in engine.lanes.items())

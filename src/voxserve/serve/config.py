@@ -15,6 +15,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ..engine.engine import EngineConfig
@@ -28,9 +29,11 @@ class AppConfig:
     """HTTP-level settings (the engine has its own)."""
 
     api_key: str | None = None
-    """If set, every route except /health and the playground page (`/`, its assets) needs `Authorization: Bearer <key>`."""
+    """If set, every route except /health and the playground page (`/`, its assets) needs `Authorization: Bearer <key>`
+    (the /v1/audio/speech/stream WebSocket too, in its handshake)."""
     max_input_chars: int = 4096
-    """Longer input is refused with 413 (OpenAI's limit for /v1/audio/speech is 4096)."""
+    """Longer input is refused with 413 (OpenAI's limit for /v1/audio/speech is 4096). A
+    /v1/audio/speech/stream session holds at most this much text not yet spoken."""
     max_body_bytes: int = 1 << 20
     """Request bodies over this are refused with 413 before they are parsed."""
     shutdown_timeout_s: float = 30.0
@@ -54,6 +57,18 @@ class AppConfig:
     """Open connections beyond this get 503 and are closed (with `http_protocol(app)`): far above
     what the engine admits, it only keeps a flood of idle connections from using up file
     descriptors. None: no bound."""
+    stream_max_connections: int = 64
+    """Open /v1/audio/speech/stream WebSockets beyond this are closed at once (code 1013, "try
+    again later"): each holds text, audio and an encoder."""
+    stream_idle_timeout_s: float = 30.0
+    """A /v1/audio/speech/stream client that sends nothing while no audio is owed to it, or that
+    takes longer than this to take a frame of its audio, is closed (its sentences dropped)."""
+    max_upload_bytes: int = 8 << 20
+    """POST /v1/audio/voices bodies (a prompt recording, up to 30 s) over this get 413; the
+    other routes' bound is `max_body_bytes`."""
+    voice_dir: Path | None = None
+    """Where POST /v1/audio/voices saves voices (as `voxserve voices add`); None: the user voice
+    folder (~/.local/share/voxserve/voices)."""
 
     def validate(self) -> "AppConfig":
         for name in ("shutdown_timeout_s", "request_timeout_s", "header_timeout_s", "body_timeout_s"):
@@ -63,6 +78,12 @@ class AppConfig:
             raise ValueError("max_input_chars and max_body_bytes must be at least 1")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if not 1 <= self.stream_max_connections <= 100_000:
+            raise ValueError(f"stream_max_connections must be in 1..100000, not {self.stream_max_connections!r}")
+        if not self.stream_idle_timeout_s > 0:
+            raise ValueError(f"stream_idle_timeout_s must be over 0 s, not {self.stream_idle_timeout_s!r}")
+        if not 1 <= self.max_upload_bytes <= 1 << 30:
+            raise ValueError(f"max_upload_bytes must be in 1..{1 << 30}, not {self.max_upload_bytes!r}")
         if not self.max_held_audio_mb > 0:
             raise ValueError(f"max_held_audio_mb must be over 0, not {self.max_held_audio_mb!r}")
         return self
@@ -227,6 +248,11 @@ DEPRECATED = {"max_queue": "max_queued_sentences", "read_timeout": "body_timeout
 warning, for one release (0.2 removes them): the setting each now is."""
 
 HELP = {
+    "stream_max_connections": "open /v1/audio/speech/stream WebSockets beyond which new ones are closed (code 1013)",
+    "stream_idle_timeout_s": "seconds a /v1/audio/speech/stream client may send nothing while no audio is owed, "
+                             "or take to read a frame, before it is closed",
+    "max_upload_bytes": "largest POST /v1/audio/voices body (a prompt recording; 413 beyond)",
+    "voice_dir": "folder where POST /v1/audio/voices saves cloned voices (default: the user voice folder)",
     "host": "address to bind (default 127.0.0.1: this machine only)",
     "port": "TCP port",
     "wyoming": "also serve Home Assistant's Wyoming protocol (TTS) at this URI, e.g. tcp://127.0.0.1:10200, "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
@@ -34,25 +34,28 @@ def _read(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
-def mount_playground(app: FastAPI) -> None:
-    """Add `/` (the page, with a strict Content-Security-Policy) and `/static/<name>` to `app`.
-    The files are read once, here: a few kilobytes, and a missing one fails at startup."""
+def playground_router() -> APIRouter:
+    """`/` (the page, with a strict Content-Security-Policy) and `/static/<name>`. The files are
+    read once, here: a few kilobytes, and a missing one fails when the app is made."""
     page = _read(PAGE)
     assets = {name: (_read(name), media) for name, media in ASSETS.items()}
+    router = APIRouter()
 
-    @app.get("/", include_in_schema=False)
+    @router.get("/", include_in_schema=False)
     async def playground_page():
         return Response(page, media_type="text/html; charset=utf-8",
                         headers={**_HEADERS, "Content-Security-Policy": CSP, "X-Frame-Options": "DENY"})
 
-    @app.get("/favicon.ico", include_in_schema=False)
+    @router.get("/favicon.ico", include_in_schema=False)
     async def favicon():
         data, media = assets["favicon.svg"]
         return Response(data, media_type=media, headers=_HEADERS)
 
-    @app.get("/static/{name}", include_in_schema=False)
+    @router.get("/static/{name}", include_in_schema=False)
     async def static_asset(name: str):
         if name not in assets:
             raise HTTPException(404, f"no static file {name!r}")  # the app's JSON error shape
         data, media = assets[name]
         return Response(data, media_type=media, headers=_HEADERS)
+
+    return router

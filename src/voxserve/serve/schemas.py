@@ -85,14 +85,64 @@ def speech_request_model(options_type: type = SynthesisOptions) -> type[_SpeechB
     every field of `options_type` as an optional extension (an OpenAI client sends them in
     `extra_body`); `speed` keeps OpenAI's default, 1.0,
     and out of range is a 400, as OpenAI answers."""
+    return create_model("SpeechRequest", __base__=_SpeechBase, __doc__=speech_request_model.__doc__,
+                        options_type=(ClassVar[type], options_type), **_speech_option_fields(options_type))
+
+
+def _speech_option_fields(options_type: type) -> dict[str, tuple[Any, Any]]:
+    """The options of the speech route: every field of `options_type`, `speed` with OpenAI's default."""
     fields = option_fields(options_type)
     speed = option_rules(options_type)["speed"]
     fields["speed"] = (option_type(speed), Field(1.0, description=speed.help_text))
-    return create_model("SpeechRequest", __base__=_SpeechBase, __doc__=speech_request_model.__doc__,
-                        options_type=(ClassVar[type], options_type), **fields)
+    return fields
 
 
 SpeechRequest = speech_request_model()
+
+
+StreamFormat = Literal["mp3", "opus", "aac", "wav", "pcm"]
+"""The formats /v1/audio/speech streams (flac is sent whole there, so not here)."""
+
+
+class _StreamStartBase(_OptionsBody):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["start"]
+    model: str = Field(MODEL_ID, min_length=1, max_length=200)
+    voice: Annotated[StrictStr, Field(min_length=1, max_length=200)] | VoiceRef | None = None
+    """As /v1/audio/speech's (an OpenAI name means the default voice); None: the default voice."""
+    response_format: StreamFormat = "pcm"
+
+    @property
+    def voice_name(self) -> str | None:
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
+
+
+def stream_start_model(options_type: type = SynthesisOptions) -> type[_StreamStartBase]:
+    """The first message of the /v1/audio/speech/stream WebSocket: {"type": "start"}, the voice,
+    the format (default pcm) and the options of /v1/audio/speech (the same fields and defaults)."""
+    return create_model("SpeechStreamStart", __base__=_StreamStartBase, __doc__=stream_start_model.__doc__,
+                        options_type=(ClassVar[type], options_type), **_speech_option_fields(options_type))
+
+
+SpeechStreamStart = stream_start_model()
+
+
+class StreamText(BaseModel):
+    """A piece of the text of a /v1/audio/speech/stream session (any size, split anywhere)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: StrictStr
+
+
+class StreamEnd(BaseModel):
+    """The end of a session's text: the rest is spoken, then `done` and the socket closes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["end"]
 
 
 class _SynthesizeBase(_OptionsBody):

@@ -16,6 +16,7 @@ is found and described, is asked of the family registry (voxserve.families, wher
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import platformdirs
@@ -41,6 +42,17 @@ OPENAI_VOICES = frozenset({
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
     "marin", "cedar",
 })
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""A saved voice's name: also its file or folder name in a voice folder, so never a path."""
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise ValueError(f"a voice name is 1-64 letters, digits, '_', '.' or '-' (starting with a letter or "
+                         f"digit), not {name!r}")
+    return name
 
 
 def check_reserved_name(name: str) -> None:

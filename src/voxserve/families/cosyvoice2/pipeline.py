@@ -117,9 +117,13 @@ class CosyModel:
         return {name: self.prompt_from_features(name, f) for name, f in load_spk2info(path).items()}
 
     def encode_prompt(self, name: str, wave: np.ndarray, sample_rate: int, text: str) -> CosyPrompt:
+        return self.prompt_from_features(name, self.prompt_features(wave, sample_rate, text))
+
+    def prompt_features(self, wave: np.ndarray, sample_rate: int, text: str):
+        """frontend.PromptFeatures of a prompt recording and its transcript (the folder's ONNX models)."""
         if self._encoder is None:
             self._encoder = prompt_encoder(self.folder)
-        return self.prompt_from_features(name, replace(self._encoder.encode(wave, sample_rate), prompt_text=text))
+        return replace(self._encoder.encode(wave, sample_rate), prompt_text=text)
 
     # ---------------------------------------------------------------- the language model
     def prompt(self, item: CosyItem) -> torch.Tensor:

@@ -14,7 +14,6 @@ default speaker is the prompt.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,12 +23,12 @@ from ...errors import VoiceLoadError
 from .. import VoiceSource
 from .folder import check_folder, prompt_encoder
 from .frontend import load_prompt, save_prompt
+from ...voices.registry import check_name
 
 FORMAT = "voxserve-cosyvoice2-voice"
 SUFFIX = ".cosyvoice2"
 MAX_INFO_BYTES = 64 * 1024
 MAX_PROMPT_TEXT = 2000
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def is_saved_voice(path: Path) -> bool:
@@ -56,13 +55,6 @@ def scan(folder: Path):
     for d in sorted(folder.glob(f"*{SUFFIX}")):
         if d.is_dir() and is_saved_voice(d):
             yield VoiceSource(d.name[: -len(SUFFIX)], "cosyvoice2", d)
-
-
-def check_name(name: str) -> str:
-    if not NAME_RE.match(name):
-        raise ValueError(f"a voice name is 1-64 letters, digits, '_', '.' or '-' (starting with a letter or "
-                         f"digit), not {name!r}")
-    return name
 
 
 def save_voice(folder: Path, name: str, model_dir: Path, features) -> Path:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from ...text.spoken import normalize_text
 from ...voice import Unit, Voice, limited, run_steps, sentence_seed
 from .options import LANGUAGE_CODES
 from .runner import CosyStepRunner
+from .store import save_voice
 
 CHARS_PER_SECOND = 14.0  # read English: ~150 words a minute
 WIDE_CHAR_WEIGHT = 3  # a CJK character is about a syllable
@@ -136,6 +138,21 @@ class CosyVoice2Voice(Voice):
         if isinstance(speaker, int) and not isinstance(speaker, bool) and 0 <= speaker < len(self._prompts):
             return self._prompts[self.speakers[speaker]]
         raise UnknownSpeakerError(speaker, self.name, self.speakers or 0)
+
+    clones = True
+
+    def clone(self, name: str, wave: np.ndarray, sample_rate: int, text: str, folder: Path) -> Path:
+        """A saved voice (store.py) of this model, and this voice's speaker `name` at once."""
+        features = self.model.prompt_features(wave, sample_rate, text)
+        path = save_voice(folder, name, self.model.folder, features)
+        # copied, not changed in place: other threads iterate the speakers meanwhile
+        self._prompts = {**self._prompts, name: self.model.prompt_from_features(name, features)}
+        return path
+
+    def forget(self, name: str) -> None:
+        self._prompts = {k: p for k, p in self._prompts.items() if k != name}
+        if self.default_speaker == name:
+            self.default_speaker = next(iter(sorted(self._prompts)), None)
 
     def add_prompt(self, name: str, wave: np.ndarray, sample_rate: int, text: str) -> CosyPrompt:
         """A zero-shot speaker from a recording (0.5-30 s) and its transcript, for this voice's
