@@ -31,11 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from voxserve.engine import BatchObserver, Sink  # noqa: E402  (after the path)
+
 BARK_TEXT = ("Hello there, how are you today? I like pizza, but also reading. The cat is on the mat. "
              "One two three four. This is a test of batch generation. That is all for now.")
 
 
-class Timed:
+class Timed(Sink):
     """A sink that records when a request was submitted, first heard from and finished."""
 
     def __init__(self):
@@ -73,7 +75,7 @@ def one_run(policy: str, joe, bark, texts, ns) -> dict:
     from voxserve.engine import Engine, EngineConfig, SchedulerConfig
     from voxserve.engine.scheduler import Scheduler
 
-    class DeviceTime:  # every batch's seconds, per voice, under either policy
+    class DeviceTime(BatchObserver):  # every batch's seconds, per voice, under either policy
         def __init__(self):
             self.s = {joe.name: 0.0, bark.name: 0.0}
 

@@ -7,14 +7,15 @@ import time
 
 import numpy as np
 
+from voxserve.engine import Sink
 from voxserve.errors import UnknownSpeakerError, UnpronounceableTextError
 from voxserve.limits import DEFAULT_LIMITS
 from voxserve.options import SynthesisOptions
 from voxserve.text.frontend import check_text
-from voxserve.voice import Unit
+from voxserve.voice import Unit, Voice
 
 
-class FakeVoice:
+class FakeVoice(Voice):
     """Sentences are split at '.'; a sentence's audio is a tone whose pitch encodes (request text
     hash, sentence index), so mixing between requests would show. `delay_s` per batch."""
 
@@ -23,13 +24,10 @@ class FakeVoice:
     languages: tuple[str, ...] = ()  # as Voice's: no language option, languages not known
     language_codes: tuple[str, ...] = ()
 
-    def silence_after(self, options) -> float:
-        return float(options.sentence_silence or 0.0) if options else 0.0
-
     def __init__(self, name: str = "fake", sample_rate: int = 16000, delay_s: float = 0.0, speakers=("a", "b"),
                  concurrent_runs: bool = False):
         self.name = name
-        self.concurrent_runs = concurrent_runs  # the engine may then run batches on several lanes
+        self._concurrent_runs = concurrent_runs  # the engine may then run batches on several lanes
         self.sample_rate = sample_rate
         self.delay_s = delay_s
         self.device = "cpu"
@@ -46,6 +44,10 @@ class FakeVoice:
     @property
     def speakers(self):
         return self._speakers
+
+    @property
+    def concurrent_runs(self) -> bool:
+        return self._concurrent_runs
 
     def units(self, text, options=None):
         check_text(text)
@@ -117,7 +119,7 @@ class FakeVoice:
         return np.concatenate([self.audio_for(u.payload, self.sample_rate) for u in self.units(text)])
 
 
-class RecordingSink:
+class RecordingSink(Sink):
     """An engine Sink that keeps each sentence's (last) audio, the end and the error."""
 
     def __init__(self):

@@ -62,7 +62,7 @@ class Piece(tuple):
 
 def piece_words(result) -> tuple[Word, ...]:
     """The words of a run_pieces result (a plain (audio, rest) pair has none)."""
-    return getattr(result, "words", ())
+    return result.words if isinstance(result, Piece) else ()
 
 
 def shift_words(words: Sequence[Word], offset: float) -> tuple[Word, ...]:

@@ -11,6 +11,7 @@ import pytest
 from serve_fakes import FakeVoice
 
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.errors import OverloadedError
 
 
@@ -35,7 +36,7 @@ class TimedVoice(FakeVoice):
         return out
 
 
-class Sink:
+class Sink(EngineSink):
     def __init__(self):
         self.done = threading.Event()
         self.first_audio: float | None = None

@@ -12,6 +12,7 @@ import pytest
 from serve_fakes import FakeVoice
 
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.errors import (
     EmptyTextError,
     EngineClosedError,
@@ -84,7 +85,7 @@ def test_long_sentence_runs_in_pieces_others_go_between_and_order_holds():
     long_sentence = "w" * 120  # cost 120 > 1.25 x 40: pieces of 400 samples
     got: dict[str, list] = {"long": [], "short": []}
 
-    class Sink:
+    class Sink(EngineSink):
         def __init__(self, key):
             self.key = key
             self.done = threading.Event()
@@ -148,7 +149,7 @@ def test_overload_refuses_new_requests_and_loses_nothing_accepted():
     v.gate = threading.Event()
     sink_events = []
 
-    class Sink:
+    class Sink(EngineSink):
         def __init__(self, k):
             self.k = k
         def on_audio(self, i, a, t, partial=False):
@@ -216,7 +217,7 @@ def test_shutdown_finishes_in_flight_then_refuses():
     eng = Engine([v], cfg(max_batch_size=2)).start()
     got = []
 
-    class Sink:
+    class Sink(EngineSink):
         def on_audio(self, i, a, t, partial=False):
             got.append(i)
         def on_done(self, n):
@@ -236,7 +237,7 @@ def test_step_by_hand_without_threads():
     eng = Engine([v], cfg(max_batch_size=3)).start(threads=False)
     out = []
 
-    class Sink:
+    class Sink(EngineSink):
         def on_audio(self, i, a, t, partial=False):
             out.append(i)
         def on_done(self, n):
@@ -434,7 +435,7 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
     done = threading.Event()
 
-    class Sink:
+    class Sink(EngineSink):
         def on_audio(self, i, a, t, partial=False):
             pass
         def on_done(self, n):

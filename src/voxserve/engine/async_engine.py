@@ -16,12 +16,12 @@ import numpy as np
 
 from ..audio import AudioChunk
 from ..options import SynthesisOptions
-from .engine import Engine
+from .engine import Engine, Sink
 
 _DONE = object()
 
 
-class _QueueSink:
+class _QueueSink(Sink):
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()

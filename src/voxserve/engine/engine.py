@@ -22,11 +22,11 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from ..errors import AudioTooLongError, EngineClosedError, OverloadedError, UnknownVoiceError
+from ..errors import AudioTooLongError, EngineClosedError, UnknownVoiceError
 from ..options import SynthesisOptions
 from ..runtime.allocator import MemoryRelease
 from ..runtime.cpu import (
@@ -37,23 +37,11 @@ from ..runtime.cpu import (
     set_thread_team,
     thread_teams,
 )
-from ..voice import AudioBudget, SharedComponent, StepResult, StepRunner, piece_words
-from .scheduler import (
-    Batch,
-    Item,
-    Scheduler,
-    SchedulerConfig,
-    Throughput,
-    TimeAdmission,
-    drain_seconds,
-    time_admission,
-)
+from ..voice import AudioBudget, SharedComponent, StepResult, StepRunner, Voice, piece_words
+from .admission import Accepted, DeviceAdmission, check_memory
+from .scheduler import Batch, Item, Scheduler, SchedulerConfig
 
 log = logging.getLogger(__name__)
-
-# Phoneme ids per character of text before a voice's front end has finished a request: about
-# 2 for English prose, 3 for numbers and symbols, so a request's cost is counted high, not low.
-COST_PER_CHAR_PRIOR = 3.0
 
 # A started engine gives its allocator's free pages back at the end of every period of this
 # length in which it served (runtime/allocator.py, MemoryRelease): the first batch after each
@@ -100,27 +88,40 @@ class EngineConfig:
         return self
 
 
-class Sink(Protocol):
-    """Where a request's results go. Called from engine threads, in order, for one request."""
+class Sink:
+    """Where a request's results go. Called from engine threads, in order, for one request,
+    never after `on_done` or `on_error`. A method that raises fails its request at once (its
+    `on_error` is called with that exception; if that raises too, nothing more is called)."""
+
+    def on_words(self, index: int, words: tuple) -> None:
+        """Just before the `on_audio` that starts sentence `index` of a voice with word
+        timestamps: its words, in seconds from the start of that audio."""
 
     def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
         """A sentence's audio; partial=True: a piece of it (a long sentence is cut, see
         Voice.run_pieces), the rest of sentence `index` follows in the next calls (text "")."""
-    def on_done(self, n_sentences: int) -> None: ...
-    def on_error(self, error: BaseException) -> None: ...
-    # optional: on_words(index, words), just before the on_audio that starts sentence `index`
-    # of a voice with word timestamps: its words, in seconds from the start of that audio
+
+    def on_done(self, n_sentences: int) -> None:
+        """Every sentence was delivered."""
+
+    def on_error(self, error: BaseException) -> None:
+        """The request failed (its audio so far was delivered, the rest never comes)."""
 
 
-class BatchObserver(Protocol):
-    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float) -> None: ...
-    # optional: on_step(voice, active, finished, seconds, audio_seconds), one call per step of a step voice
+class BatchObserver:
+    """Told about the device work as it runs (the server's metrics)."""
+
+    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float) -> None:
+        """One one-shot batch of `voice` ran."""
+
+    def on_step(self, voice: str, active: int, finished: int, seconds: float, audio_seconds: float) -> None:
+        """One step of a step voice ran (its share of the step's seconds and audio)."""
 
 
 @dataclass
 class _RequestState:
     id: int
-    voice: Any
+    voice: str
     units: Iterator
     sink: Sink
     worker: "_Worker"
@@ -207,14 +208,13 @@ class _Worker:
         # requests is only for lookups by id, never iterated (each worker has its own lock)
         self.requests: dict[int, _RequestState] = {}
         self.scheduler = Scheduler(engine.config.scheduler)
-        # the device's speed per voice and each voice's cost per character (see `admission`)
-        self.speed: dict[str, Throughput] = {v: Throughput() for v in self.voices}
-        self._cost_per_char: dict[str, list[float]] = {}  # voice -> [weighted cost, weighted chars]
         self.running_cost: dict[str, int] = {}  # cost of the batches in flight, per voice
         self._busy_from = 0.0  # when the device last went from idle to busy (monotonic)
         self._last_done = 0.0  # when its last batch ended
         self.cond = threading.Condition()
         self.lanes = max(1, lanes)
+        # the device's speed per voice, each voice's cost per character, the time test
+        self.admission = DeviceAdmission(self.voices, engine.config.max_queue_wait_s, self.lanes)
         self.threads = max(1, threads)  # intra-op threads each class of lanes shares
         self.urgent = self.lanes > 1
         n = self.lanes * (2 if self.urgent else 1)  # lanes k >= self.lanes: the urgent class
@@ -229,8 +229,7 @@ class _Worker:
         # step voices: their runners and the sequences in them (key -> _Sequence)
         self.steppers: dict[str, StepRunner] = {}
         for v in self.voices:
-            get = getattr(engine.voices[v], "step_runner", None)
-            runner = get() if get is not None else None
+            runner = engine.voices[v].step_runner()
             if runner is not None:
                 self.steppers[v] = runner
         self._seqs: dict[tuple, _Sequence] = {}
@@ -238,8 +237,7 @@ class _Worker:
         # shared components: one instance per key on this device, run as a stage of their own
         self.components: dict[Any, SharedComponent] = {}
         for v in self.voices:
-            get = getattr(engine.voices[v], "components", None)
-            for key, comp in (get() if get is not None else {}).items():
+            for key, comp in engine.voices[v].components().items():
                 if self.components.setdefault(key, comp) is not comp:
                     log.warning("voice %s brought a second instance of shared component %r; the first is used", v, key)
         self.stage_queue: deque[tuple[_RequestState, Any]] = deque()  # (request, unit) in arrival order
@@ -295,18 +293,8 @@ class _Worker:
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) - batch.cost
         t = time.monotonic()
         if done_cost:
-            self.speed.setdefault(batch.voice, Throughput()).add(done_cost, t - max(self._last_done, self._busy_from))
+            self.admission.observe(batch.voice, done_cost, t - max(self._last_done, self._busy_from))
         self._last_done = t
-
-    def cost_per_char(self, voice: str) -> float:
-        c = self._cost_per_char.get(voice)
-        return c[0] / c[1] if c else COST_PER_CHAR_PRIOR
-
-    def _learn_cost_per_char(self, voice: str, chars: int, cost: int) -> None:
-        if chars <= 0 or cost <= 0:
-            return
-        c = self._cost_per_char.setdefault(voice, [0.0, 0.0])
-        c[0], c[1] = 0.8 * c[0] + 0.2 * cost, 0.8 * c[1] + 0.2 * chars  # a ratio of sums: long texts weigh more
 
     def work_ahead(self) -> dict[str, float]:
         """The cost a new request would find ahead of it, per voice: queued sentences, half the
@@ -323,34 +311,18 @@ class _Worker:
 
     def wait_estimate(self) -> float | None:
         """Seconds the device needs for all the work ahead (None: no batch timed yet)."""
-        return drain_seconds(self.work_ahead(), self.speed)
+        return self.admission.wait_s(self.work_ahead())
 
-    def _seconds_per_cost(self) -> dict[str, float] | None:
-        """Each voice's seconds per unit of cost on this device (one not timed yet: the
-        slowest timed); None before any batch."""
-        known = {v: t.seconds_per_cost for v, t in self.speed.items() if t.seconds_per_cost is not None}
-        if not known:
-            return None
-        slowest = max(known.values())
-        return {v: known.get(v, slowest) for v in self.voices}
-
-    def admission(self, voice: str, cost: float, now: float) -> tuple[TimeAdmission, float] | None:
-        """The time test for a new request of `cost` (see EngineConfig.max_queue_wait_s), and its
-        own synthesis time under load (its work on one lane); None before any batch was timed."""
-        spc = self._seconds_per_cost()
-        if spc is None:
-            return None
-        accepted = {}
+    def accepted(self, now: float) -> dict[int, Accepted]:
+        """This device's accepted requests as admission sees them (the scheduler's accounting)."""
+        out = {}
         for r in self.requests.values():
             if not r.finished:
                 left = self.scheduler.pending_cost(r.id)
                 if r.total is None:
                     left += max(0.0, r.est_cost - r.produced_cost)
-                accepted[r.id] = (left * spc[r.voice], r.live_deadline(now))
-        in_flight = sum(0.5 * c * spc[v] for v, c in self.running_cost.items())  # on average half done
-        own = cost * spc[voice]
-        adm = time_admission(now, self.engine.config.max_queue_wait_s, own, accepted, in_flight, self.lanes)
-        return adm, self.lanes * own
+                out[r.id] = Accepted(r.voice, left, r.live_deadline(now))
+        return out
 
     def _claim(self, lane: int, batch: Batch, now: float) -> int:
         """Threads for a lane's batch (lock held): every free one if nothing else is waiting
@@ -413,7 +385,7 @@ class _Worker:
         self.running_batch -= 1
         self.running_cost[q.voice] = self.running_cost.get(q.voice, 0) - q.item.cost
         if ok and q.seconds > 0:
-            self.speed.setdefault(q.voice, Throughput()).add(q.item.cost, q.seconds)
+            self.admission.observe(q.voice, q.item.cost, q.seconds)
         self._last_done = time.monotonic()
 
     def _drop_cancelled(self, voice: str) -> None:
@@ -456,7 +428,7 @@ class _Worker:
                 self._seq_done(res.key, ok=False)
             eng._fail(r, e)
             return
-        text = "" if q.started or q.item.continues else getattr(q.item.payload, "text", "")
+        text = "" if q.started or q.item.continues else q.item.payload.text
         q.started = True
         eng._deliver(r, q.item.index, audio, text, partial=not done)
         if done:
@@ -508,14 +480,14 @@ class _Worker:
                     for res in results:
                         if res.key in owner:
                             self._step_result(owner[res.key], res, resume)
-                on_step = getattr(self.engine.observer, "on_step", None)
-                if on_step is not None and error is None:
+                observer = self.engine.observer
+                if observer is not None and error is None:
                     for voice, n in counts.items():
                         if not n:
                             continue
                         own = [x for x in results if owner.get(x.key) == voice]
                         audio_s = sum(len(x.audio) for x in own if x.audio is not None) / self.engine.voices[voice].sample_rate
-                        on_step(voice, n, sum(1 for x in own if x.final and x.error is None), dt * n / len(mine), audio_s)
+                        observer.on_step(voice, n, sum(1 for x in own if x.final and x.error is None), dt * n / len(mine), audio_s)
                 self.cond.notify_all()
         for r in resume:
             self.engine._start_frontend(r)
@@ -724,7 +696,7 @@ class _Worker:
                 except AudioTooLongError as e:
                     eng._fail(r, e)
                     continue
-                text = "" if it.continues else getattr(it.payload, "text", "")
+                text = "" if it.continues else it.payload.text
                 if rest is not None:  # a piece: the rest goes back to the front of its queue
                     if any(x.request_id == it.request_id for x in batch.items[k + 1 :]):
                         # the scheduler keeps cuttable items apart from their successors
@@ -749,14 +721,17 @@ class _Worker:
 class Engine:
     """Voices by name; one worker per device. Thread safe."""
 
-    def __init__(self, voices: Mapping[str, Any] | Sequence[Any], config: EngineConfig | None = None,
+    def __init__(self, voices: Mapping[str, Voice] | Sequence[Voice], config: EngineConfig | None = None,
                  observer: BatchObserver | None = None):
         self.config = (config or EngineConfig()).validate()
         if not isinstance(voices, Mapping):
             voices = {v.name: v for v in voices}
         if not voices:
             raise ValueError("an engine needs at least one voice")
-        self.voices: dict[str, Any] = dict(voices)
+        for name, v in voices.items():
+            if not isinstance(v, Voice):
+                raise TypeError(f"voice {name!r} is a {type(v).__name__}, not a voxserve.voice.Voice")
+        self.voices: dict[str, Voice] = dict(voices)
         self.observer = observer
         self._workers: dict[str, _Worker] = {}
         self._worker_of: dict[str, _Worker] = {}
@@ -780,10 +755,10 @@ class Engine:
         self.sentences_dropped = 0  # queued sentences dropped by cancellation
         self._stats_lock = threading.Lock()
 
-    def _lanes(self, device: str, voices: list) -> tuple[int, int]:
+    def _lanes(self, device: str, voices: list[Voice]) -> tuple[int, int]:
         """(lanes, intra-op threads they share) for a device's worker."""
-        steps = any(getattr(v, "step_runner", lambda: None)() is not None for v in voices)
-        if steps or not device.startswith("cpu") or not all(getattr(v, "concurrent_runs", False) for v in voices):
+        steps = any(v.step_runner() is not None for v in voices)
+        if steps or not device.startswith("cpu") or not all(v.concurrent_runs for v in voices):
             return 1, 1  # (a step runner is called from one thread)
         threads = intra_op_threads()
         if not thread_teams():  # without per-thread teams, lanes would oversubscribe the cores
@@ -797,9 +772,7 @@ class Engine:
         the calling thread, once per OpenMP team size its device's lanes use: oneDNN builds its
         kernels per shape and per thread count, so a team size not warmed runs its first
         sentences slowly. Call before traffic: it uses the model from this thread."""
-        warm = getattr(self.voice(name), "warmup", None)
-        if warm is None:
-            return
+        warm = self.voice(name).warmup
         w = self._worker_of[name]
         sizes = [w.threads] + ([max(1, w.threads // w.lanes)] if w.lanes > 1 else [])
         for n in dict.fromkeys(sizes):  # (in order, once each)
@@ -885,7 +858,7 @@ class Engine:
         self.shutdown()
 
     # ------------------------------------------------------------------ requests
-    def voice(self, name: str):
+    def voice(self, name: str) -> Voice:
         try:
             return self.voices[name]
         except KeyError:
@@ -911,24 +884,15 @@ class Engine:
         with w.cond:
             waiting = sum(1 for r in w.requests.values() if r.produced == 0)
             if w.scheduler.queued + waiting >= w.scheduler.config.max_queued_sentences:  # memory
-                raise OverloadedError(
-                    f"the server is busy ({w.scheduler.queued} sentences queued); retry later",
-                    retry_after_s=min(60.0, max(1.0, w.wait_estimate() or 1.0)))
+                check_memory(w.scheduler.queued, waiting, w.scheduler.config.max_queued_sentences, w.wait_estimate())
             # the front end runs later: the request's own cost is predicted from its length
-            est = len(text) * w.cost_per_char(voice_name)
+            est = len(text) * w.admission.cost_per_char(voice_name)
             now = time.monotonic()
-            adm = w.admission(voice_name, est, now)
-            bound = self.config.max_queue_wait_s
-            if adm is not None and not adm[0].admit:
-                a = adm[0]
-                why = (f"its wait would be about {a.wait_s:.1f} s" if a.late_request is None
-                       else "it would delay accepted requests past their deadlines")
-                raise OverloadedError(f"the server is busy ({why}; the bound is {bound:g} s); retry later",
-                                      retry_after_s=min(60.0, max(1.0, a.retry_s)))
+            deadline = w.admission.check(voice_name, est, now, w.accepted(now), w.running_cost)
             rid = next(self._ids)
             w.scheduler.add_request(rid, voice_name, streaming=streaming)
             r = _RequestState(rid, voice_name, units, sink, w, frontend_running=True, chars=len(text), est_cost=est,
-                              deadline=float("inf") if adm is None else now + bound + adm[1],
+                              deadline=deadline,
                               budget=AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)),
                               starved_since=now)
             self._requests[rid] = r
@@ -947,7 +911,9 @@ class Engine:
         with w.cond:
             if text is None:
                 return w.wait_estimate()
-            adm = w.admission(voice_name, len(text) * w.cost_per_char(voice_name), time.monotonic())
+            now = time.monotonic()
+            adm = w.admission.decide(voice_name, len(text) * w.admission.cost_per_char(voice_name), now,
+                                     w.accepted(now), w.running_cost)
             return None if adm is None else adm[0].wait_s
 
     def cost_per_s(self, voice_name: str) -> float | None:
@@ -955,8 +921,7 @@ class Engine:
         self.voice(voice_name)
         w = self._worker_of[voice_name]
         with w.cond:
-            t = w.speed.get(voice_name)
-            return t.cost_per_s if t is not None else None
+            return w.admission.cost_per_s(voice_name)
 
     def cancel(self, request_id: int) -> None:
         """Drop a request: its queued sentences are never synthesised; no more callbacks."""
@@ -1013,7 +978,7 @@ class Engine:
                 except StopIteration:
                     with w.cond:
                         r.total = r.produced
-                        w._learn_cost_per_char(r.voice, r.chars, r.produced_cost)
+                        w.admission.learn_cost_per_char(r.voice, r.chars, r.produced_cost)
                         w.scheduler.input_done(r.id)
                         r.frontend_running = False
                         self._maybe_finish(r)
@@ -1056,7 +1021,7 @@ class Engine:
             k = r.order[0]
             whole = False
             for a, t, p, w in r.held.pop(k):  # a cut sentence's pieces, in the order they ran
-                if w and hasattr(r.sink, "on_words"):
+                if w:
                     r.sink.on_words(k, w)
                 if p:
                     r.sink.on_audio(k, a, t, partial=True)

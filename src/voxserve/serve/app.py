@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..audio import EncoderOwner, SentenceJoiner, available_stream_formats, encode_audio, open_stream_encoder
-from ..engine import AsyncEngine, Engine, SpeechStream
+from ..engine import AsyncEngine, Engine, Sink, SpeechStream
 from ..errors import (
     AudioTooLongError,
     EngineClosedError,
@@ -336,7 +336,7 @@ async def _too_many_connections(scope, receive, send) -> None:
     await r(scope, receive, send)
 
 
-class _WarmupSink:
+class _WarmupSink(Sink):
     """The warm-up sentence's sink (the engine's Sink contract): drops the audio, keeps the end."""
 
     def __init__(self) -> None:
