@@ -130,8 +130,9 @@ def one_run(policy: str, joe, bark, texts, ns) -> dict:
         feeder.join()
         used = dict(dev.s)
         eng.stop_accepting()  # drop the Bark backlog
-        for rid in list(eng._requests):
-            eng.cancel(rid)
+        for w in eng._workers.values():
+            for rid in list(w.requests):
+                eng.cancel(rid)
     window = t_end - t_start
     bark_sentences = sum(t_start <= t <= t_end for s in bark_sinks for t in s.times)
     assert all(s.error is None for s in vits), [s.error for s in vits if s.error]

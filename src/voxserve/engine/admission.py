@@ -19,7 +19,7 @@ under its own lock and feeds it the scheduler's accounting (`Accepted`, the work
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import OverloadedError
@@ -229,12 +229,13 @@ class DeviceAdmission:
         return now + self.bound_s + own
 
 
-def check_memory(queued: int, waiting: int, bound: int, wait_s: float | None) -> None:
+def check_memory(queued: int, waiting: int, bound: int, wait_s: Callable[[], float | None]) -> None:
     """The sentence bound (memory): refuse while `queued` sentences plus `waiting` requests
-    (accepted, none of their sentences produced yet) reach `bound`."""
+    (accepted, none of their sentences produced yet) reach `bound`; `wait_s` (called only
+    then) gives the Retry-After."""
     if queued + waiting >= bound:
         raise OverloadedError(f"the server is busy ({queued} sentences queued); retry later",
-                              retry_after_s=retry_after(wait_s or 1.0))
+                              retry_after_s=retry_after(wait_s() or 1.0))
 
 
 def retry_after(seconds: float) -> float:

@@ -133,9 +133,11 @@ class AsyncEngine:
 
     def submit(self, voice: str, text: str, options: SynthesisOptions | None = None,
                streaming: bool = True) -> SpeechStream:
-        """Accept a request now (raises for bad input, overload, shutdown) and return its stream.
-        Must be called on the event loop thread."""
+        """Accept a request now (raises UnknownVoiceError, OverloadedError, EngineClosedError)
+        and return its stream. Must be called on the event loop thread, which runs none of the
+        request's front end (`Engine.accept`): bad input (EmptyTextError, InvalidOptionError,
+        UnpronounceableTextError, ...) is raised by the stream (`first()`, or iterating it)."""
         loop = asyncio.get_running_loop()
         sink = _QueueSink(loop)
-        rid = self.engine.submit(voice, text, options, sink, streaming=streaming)
+        rid = self.engine.accept(voice, text, options, sink, streaming=streaming)
         return SpeechStream(self.engine, rid, sink, self.engine.voice(voice).sample_rate)

@@ -213,6 +213,7 @@ class _Request:
 class Scheduler:
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = (config or SchedulerConfig()).validate()
+        self.urgent_max_cost = URGENT_MAX_COST  # (the CPU executor's, which alone asks for classes)
         self._requests: dict[Hashable, _Request] = {}
         self._seq = itertools.count()
         self._voice_turn: deque[Hashable] = deque()  # voices in order of arrival
@@ -343,10 +344,10 @@ class Scheduler:
 
     def _ends(self, r: _Request) -> bool:
         """The request's queued work is all it has left, within `URGENT_MAX_COST`."""
-        return self._queued_work(r) <= URGENT_MAX_COST
+        return self._queued_work(r) <= self.urgent_max_cost
 
     def _in_class(self, r: _Request, urgent: bool | None) -> bool:
-        return urgent is None or (self._left(r) <= URGENT_MAX_COST) == urgent
+        return urgent is None or (self._left(r) <= self.urgent_max_cost) == urgent
 
     @staticmethod
     def _spillable(r: _Request) -> bool:

@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..audio import EncoderOwner, SentenceJoiner, available_stream_formats, encode_audio, open_stream_encoder
-from ..engine import AsyncEngine, Engine, Sink, SpeechStream
+from ..engine import AsyncEngine, Engine, SpeechStream
 from ..errors import (
     AudioTooLongError,
     EngineClosedError,
@@ -336,24 +336,6 @@ async def _too_many_connections(scope, receive, send) -> None:
     await r(scope, receive, send)
 
 
-class _WarmupSink(Sink):
-    """The warm-up sentence's sink (the engine's Sink contract): drops the audio, keeps the end."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-    def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
-        pass
-
-    def on_done(self, n_sentences: int) -> None:
-        self.done.set()
-
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-
 # ----------------------------------------------------------------------------- the app
 def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     """The HTTP app around an engine. The app starts the engine (if needed) and warms it up on
@@ -369,22 +351,8 @@ def create_app(engine: Engine, config: AppConfig | None = None) -> FastAPI:
     warmed: list[str] = []  # the voices whose warm-up ran to the end, in order (app.state.warmed_up)
 
     def warm_up() -> None:
-        for name in engine.voices:
-            try:
-                # Until `ready` is set every request is refused (503), so no batch can be on the
-                # worker: the voice's own warm-up (CPU: per-shape kernels; CUDA: graph capture)
-                # may use the model from this thread.
-                engine.warm_voice(name)
-                sink = _WarmupSink()
-                engine.submit(name, "Hello.", None, sink)
-                if not sink.done.wait(300):
-                    log.warning("warm-up of voice %s: no answer in 300 s; its first request may be slow", name)
-                elif sink.error is not None:
-                    log.warning("warm-up of voice %s failed (%s); its first request may be slow", name, sink.error)
-                else:
-                    warmed.append(name)
-            except Exception:  # a failed warm-up leaves a slower first request, not a dead server
-                log.exception("warm-up of voice %s failed", name)
+        # Until `ready` is set every request is refused (503): nothing else is on the models
+        warmed.extend(engine.warm_up())
         ready.set()
 
     @asynccontextmanager
