@@ -97,7 +97,6 @@ class Plan:
     """Runners to step once each, with their voices (voices of one model share its runner)."""
     batch: Batch | None = None
     """A one-shot batch (VITS, SBV2's synthesiser): run whole, long sentences cut in pieces."""
-    lane: int | None = None  # the CPU executor's lane that runs it
 
 
 @dataclass
