@@ -54,6 +54,7 @@ from harness import add_parser, cmd_bench  # noqa: E402
 from harness.arms import default_threads  # noqa: E402
 from harness.report import _need, fs, fx, table  # noqa: E402
 from harness.suites import Suite, ratio, register_suite, stat  # noqa: E402
+from voxserve.engine import Sink as EngineSink  # noqa: E402
 
 CONCURRENCY = (1, 2, 4, 8)
 OFFLINE_BATCH = 16
@@ -183,7 +184,7 @@ def model_folder(size: str) -> Path:
 
 
 # ---------------------------------------------------------------------------- voxserve's side
-class _Sink:
+class _Sink(EngineSink):
     def __init__(self, t0: float):
         self.t0, self.first, self.samples, self.error = t0, None, 0, None
         self.done = threading.Event()

@@ -31,11 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from voxserve.engine import BatchObserver, Sink  # noqa: E402  (after the path)
+
 BARK_TEXT = ("Hello there, how are you today? I like pizza, but also reading. The cat is on the mat. "
              "One two three four. This is a test of batch generation. That is all for now.")
 
 
-class Timed:
+class Timed(Sink):
     """A sink that records when a request was submitted, first heard from and finished."""
 
     def __init__(self):
@@ -73,7 +75,7 @@ def one_run(policy: str, joe, bark, texts, ns) -> dict:
     from voxserve.engine import Engine, EngineConfig, SchedulerConfig
     from voxserve.engine.scheduler import Scheduler
 
-    class DeviceTime:  # every batch's seconds, per voice, under either policy
+    class DeviceTime(BatchObserver):  # every batch's seconds, per voice, under either policy
         def __init__(self):
             self.s = {joe.name: 0.0, bark.name: 0.0}
 
@@ -128,8 +130,9 @@ def one_run(policy: str, joe, bark, texts, ns) -> dict:
         feeder.join()
         used = dict(dev.s)
         eng.stop_accepting()  # drop the Bark backlog
-        for rid in list(eng._requests):
-            eng.cancel(rid)
+        for w in eng._workers.values():
+            for rid in list(w.requests):
+                eng.cancel(rid)
     window = t_end - t_start
     bark_sentences = sum(t_start <= t <= t_end for s in bark_sinks for t in s.times)
     assert all(s.error is None for s in vits), [s.error for s in vits if s.error]

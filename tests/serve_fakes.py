@@ -7,14 +7,15 @@ import time
 
 import numpy as np
 
+from voxserve.engine import Sink
 from voxserve.errors import UnknownSpeakerError, UnpronounceableTextError
 from voxserve.limits import DEFAULT_LIMITS
 from voxserve.options import SynthesisOptions
 from voxserve.text.frontend import check_text
-from voxserve.voice import Unit
+from voxserve.voice import Unit, Voice
 
 
-class FakeVoice:
+class FakeVoice(Voice):
     """Sentences are split at '.'; a sentence's audio is a tone whose pitch encodes (request text
     hash, sentence index), so mixing between requests would show. `delay_s` per batch."""
 
@@ -34,7 +35,7 @@ class FakeVoice:
     def __init__(self, name: str = "fake", sample_rate: int = 16000, delay_s: float = 0.0, speakers=("a", "b"),
                  concurrent_runs: bool = False):
         self.name = name
-        self.concurrent_runs = concurrent_runs  # the engine may then run batches on several lanes
+        self._concurrent_runs = concurrent_runs  # the engine may then run batches on several lanes
         self.sample_rate = sample_rate
         self.delay_s = delay_s
         self.device = "cpu"
@@ -51,6 +52,10 @@ class FakeVoice:
     @property
     def speakers(self):
         return self._speakers
+
+    @property
+    def concurrent_runs(self) -> bool:
+        return self._concurrent_runs
 
     def units(self, text, options=None):
         check_text(text)
@@ -122,7 +127,7 @@ class FakeVoice:
         return np.concatenate([self.audio_for(u.payload, self.sample_rate) for u in self.units(text)])
 
 
-class RecordingSink:
+class RecordingSink(Sink):
     """An engine Sink that keeps each sentence's (last) audio, the end and the error."""
 
     def __init__(self):

@@ -55,19 +55,32 @@ class Piece(tuple):
     """(audio, rest) of `Voice.run_pieces` for one unit, and `words`: the words of the unit's
     sentence, in seconds from the start of this piece's audio, on the piece that starts the
     sentence (a voice with `word_timestamps`); () on the pieces that continue one and for
-    voices without them. Unpacks as the pair."""
+    voices without them. Unpacks as the pair. `error`: this unit alone failed (a sentence
+    over its limit: AudioTooLongError); its audio is then empty and its batch mates are not
+    affected (`Piece.failed`)."""
 
     words: tuple[Word, ...]
+    error: BaseException | None
 
-    def __new__(cls, audio, rest=None, words: Sequence[Word] = ()):
+    def __new__(cls, audio, rest=None, words: Sequence[Word] = (), error: BaseException | None = None):
         self = super().__new__(cls, (audio, rest))
         self.words = tuple(words)
+        self.error = error
         return self
+
+    @classmethod
+    def failed(cls, error: BaseException) -> "Piece":
+        return cls(np.zeros(0, dtype=np.float32), None, (), error)
 
 
 def piece_words(result) -> tuple[Word, ...]:
     """The words of a run_pieces result (a plain (audio, rest) pair has none)."""
-    return getattr(result, "words", ())
+    return result.words if isinstance(result, Piece) else ()
+
+
+def piece_error(result) -> BaseException | None:
+    """The error of a run_pieces result that failed alone (a plain (audio, rest) pair has none)."""
+    return result.error if isinstance(result, Piece) else None
 
 
 def shift_words(words: Sequence[Word], offset: float) -> tuple[Word, ...]:
@@ -219,7 +232,17 @@ class AudioBudget:
 
 
 class Voice(ABC):
-    """A loaded voice on one device."""
+    """A loaded voice on one device. The engine takes only `Voice`s and uses nothing else:
+
+    reads    `name`, `family`, `sample_rate`, `device` (which device's worker runs it),
+             `limits`, `concurrent_runs` (may the CPU executor run two of its batches at
+             once), `silence_after(options)`; and `Unit.cost` (its scheduling unit: work
+             predicted in phoneme ids or their equivalent) of what `units` yields;
+    calls    `units(text, options)` on the front-end pool; `step_runner()` (continuous
+             batching: its `StepRunner`, or None for a one-shot voice, whose batches go
+             through `run_pieces`); `components()` and `with_component_output` (shared
+             components); `warmup()` before traffic (`Engine.warm_up`).
+    """
 
     name: str
     family: str
@@ -501,7 +524,8 @@ def _with_silence(chunks: Iterator[AudioChunk], gap: int) -> Iterator[AudioChunk
 
 
 def _raise_failed(result: tuple):
-    """A run_pieces result whose audio is an error (a sentence over its limit) raises it."""
-    if isinstance(result[0], BaseException):
-        raise result[0]
+    """A run_pieces result that failed alone (a sentence over its limit) raises its error."""
+    error = piece_error(result)
+    if error is not None:
+        raise error
     return result

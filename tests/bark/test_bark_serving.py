@@ -27,20 +27,24 @@ from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.errors import UnknownSpeakerError
 from voxserve.families.bark.runner import BarkItem
 from voxserve.serve.app import AppConfig, create_app
+from voxserve.voice import Voice
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 PRESETS = ["announcer", "v2/en_speaker_0", "v2/en_speaker_1"]
 
 
-class Recorder:
+class Recorder(Voice):
     """A voice as the engine sees it, recording what its step runner runs: `batches` holds the
     payloads that joined before each step (one list per step that had joiners; for a one-shot
     voice, each batch's payloads); `hold` makes
     every step with joiners after the first wait until it is set (so a test can look at the
-    stream in between); `fail_next` makes the next step raise."""
+    stream in between); `fail_next` makes the next step raise. What the engine reads of a
+    `Voice` comes from the wrapped voice."""
 
     def __init__(self, voice):
         self._voice = voice
+        self.name, self.family, self.sample_rate = voice.name, voice.family, voice.sample_rate
+        self.device, self.limits, self.word_timestamps = voice.device, voice.limits, voice.word_timestamps
         runner = voice.step_runner()
         self._runner = None if runner is None else _RecordingRunner(self, runner)
         self.batches: list[list] = []
@@ -53,6 +57,44 @@ class Recorder:
 
     def step_runner(self):
         return self._runner
+
+    @property
+    def concurrent_runs(self) -> bool:
+        return self._voice.concurrent_runs
+
+    @property
+    def speakers(self):
+        return self._voice.speakers
+
+    @property
+    def styles(self):
+        return self._voice.styles
+
+    @property
+    def languages(self):
+        return self._voice.languages
+
+    @property
+    def language_codes(self):
+        return self._voice.language_codes
+
+    def units(self, text, options=None):
+        return self._voice.units(text, options)
+
+    def silence_after(self, options):
+        return self._voice.silence_after(options)
+
+    def components(self):
+        return self._voice.components()
+
+    def with_component_output(self, unit, output):
+        return self._voice.with_component_output(unit, output)
+
+    def warmup(self) -> None:
+        self._voice.warmup()
+
+    def run_units(self, units, early=(), on_early=None):
+        return self._voice.run_units(units, early, on_early)
 
     def run_pieces(self, units, early=(), max_cost=None):  # a one-shot voice (VITS)
         self.batches.append([u.payload for u in units])

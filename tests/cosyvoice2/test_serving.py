@@ -15,10 +15,11 @@ from cv2_fixtures import assert_same_audio
 
 from voxserve import SynthesisOptions
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.serve.app import AppConfig, create_app
 
 
-class ChunkSink:
+class ChunkSink(EngineSink):
     """Every audio call of a request, in order: (sentence index, samples, partial)."""
 
     def __init__(self):

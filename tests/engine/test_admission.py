@@ -11,6 +11,7 @@ import pytest
 from serve_fakes import FakeVoice
 
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.errors import OverloadedError
 
 
@@ -35,7 +36,7 @@ class TimedVoice(FakeVoice):
         return out
 
 
-class Sink:
+class Sink(EngineSink):
     def __init__(self):
         self.done = threading.Event()
         self.first_audio: float | None = None
@@ -85,18 +86,15 @@ def test_speed_is_measured_from_batches_and_nothing_refused_before():
         assert eng.queue_wait_s("fake") == pytest.approx(0.0, abs=1e-9)  # drained: nothing ahead
 
 
-def test_speed_of_overlapping_lanes_counts_busy_time_once(monkeypatch):
+def test_speed_of_overlapping_lanes_counts_busy_time_once():
     """Two lanes each sleeping k per cost: the device does 2 / k per second, and the estimate
     (busy time between completions, not each batch's own seconds) sees that."""
-    from voxserve.engine import engine as engine_mod
+    from voxserve.engine.executors import CpuLanes
 
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: True)
-    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: None)
+    lanes = CpuLanes(threads=2, teams=True, spill=False, fitted_team=lambda n: n, set_team=lambda n: True,
+                     lower_priority=lambda d: None)
     v = TimedVoice(k=0.002, concurrent_runs=True)
-    monkeypatch.setattr(engine_mod._Worker, "SPILL", False)
-    eng = Engine([v], cfg()).start(threads=False)  # queue first
+    eng = Engine([v], cfg(), cpu=lanes).start(threads=False)  # queue first
     try:
         assert eng.lanes == {"cpu": 2}
         sinks = [Sink() for _ in range(16)]

@@ -9,9 +9,11 @@ import time
 
 import numpy as np
 import pytest
-from serve_fakes import FakeVoice
+from serve_fakes import FakeVoice, RecordingSink
 
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
+from voxserve.engine.executors import CpuLanes
+from voxserve.engine import Sink as EngineSink
 from voxserve.errors import (
     EmptyTextError,
     EngineClosedError,
@@ -21,12 +23,17 @@ from voxserve.errors import (
 )
 
 
-@pytest.fixture(autouse=True)
-def idle_machine(monkeypatch):
-    """The lanes' behaviour on an idle machine, whatever else runs beside the tests."""
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "fitted_team", lambda n: n)
+def two_threads(teams: list | dict | None = None, reniced: list | None = None, **kw) -> CpuLanes:
+    """The CPU executor on a 2-thread CPU whose threads take OpenMP team sizes, on an idle
+    machine (whatever else runs beside the tests): `teams` records the team sizes set (a dict:
+    each thread's last, by thread id), `reniced` the lanes reniced (nothing is, really)."""
+    if isinstance(teams, dict):
+        set_team = lambda n: teams.__setitem__(threading.get_ident(), n) or True  # noqa: E731
+    else:
+        set_team = lambda n: (teams.append(n) if teams is not None else None) or True  # noqa: E731
+    lower = lambda d: (reniced.append(threading.current_thread().name) if reniced is not None else None)  # noqa: E731
+    return CpuLanes(**{"threads": 2, "teams": True, "fitted_team": lambda n: n, "set_team": set_team,
+                       "lower_priority": lower, **kw})
 
 
 def cfg(**kw) -> EngineConfig:
@@ -84,7 +91,7 @@ def test_long_sentence_runs_in_pieces_others_go_between_and_order_holds():
     long_sentence = "w" * 120  # cost 120 > 1.25 x 40: pieces of 400 samples
     got: dict[str, list] = {"long": [], "short": []}
 
-    class Sink:
+    class Sink(EngineSink):
         def __init__(self, key):
             self.key = key
             self.done = threading.Event()
@@ -148,7 +155,7 @@ def test_overload_refuses_new_requests_and_loses_nothing_accepted():
     v.gate = threading.Event()
     sink_events = []
 
-    class Sink:
+    class Sink(EngineSink):
         def __init__(self, k):
             self.k = k
         def on_audio(self, i, a, t, partial=False):
@@ -180,17 +187,21 @@ def test_overload_refuses_new_requests_and_loses_nothing_accepted():
 
 
 def test_bad_input_raises_at_submit_and_unpronounceable_arrives_as_error():
+    """`Engine.submit` validates on the calling thread; the asyncio side runs no front end on
+    the loop (tests/engine/test_frontend_off_loop.py), so its stream raises both."""
     v = FakeVoice()
 
     async def main(eng):
         ae = AsyncEngine(eng)
         with pytest.raises(EmptyTextError):
-            ae.submit("fake", "   ")
+            await ae.submit("fake", "   ").first()
         s = ae.submit("fake", "... 123 ...")
         with pytest.raises(UnpronounceableTextError):
             await s.first()
 
     with Engine([v], cfg()) as eng:
+        with pytest.raises(EmptyTextError):
+            eng.submit("fake", "   ", None, RecordingSink())
         asyncio.run(main(eng))
         assert eng.in_flight == 0
 
@@ -216,7 +227,7 @@ def test_shutdown_finishes_in_flight_then_refuses():
     eng = Engine([v], cfg(max_batch_size=2)).start()
     got = []
 
-    class Sink:
+    class Sink(EngineSink):
         def on_audio(self, i, a, t, partial=False):
             got.append(i)
         def on_done(self, n):
@@ -236,7 +247,7 @@ def test_step_by_hand_without_threads():
     eng = Engine([v], cfg(max_batch_size=3)).start(threads=False)
     out = []
 
-    class Sink:
+    class Sink(EngineSink):
         def on_audio(self, i, a, t, partial=False):
             out.append(i)
         def on_done(self, n):
@@ -258,29 +269,23 @@ def test_step_by_hand_without_threads():
     eng.shutdown(1)
 
 
-def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
+def test_cpu_lanes_run_batches_at_once_never_two_of_one_request():
     """Two lanes (as on a 2-core CPU), and two urgent ones: batches overlap in time, but without
     spill never two batches of one request (its audio stays in order), and every request gets
     exactly its own audio."""
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod._Worker, "SPILL", False)
-    monkeypatch.setattr(engine_mod._Worker, "LANE_BATCH", 2)
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
     teams = []
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
+    lanes = two_threads(teams, spill=False, batch=2)
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ts = texts(16)
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0, max_batch_size=4, max_batch_phonemes=10_000),
                           frontend_lookahead=4)
-    with Engine([v], config) as eng:
+    with Engine([v], config, cpu=lanes) as eng:
         assert eng.lanes == {"cpu": 2}
         outs = asyncio.run(_gather(AsyncEngine(eng), "fake", ts))
     for t, o in zip(ts, outs):
         np.testing.assert_array_equal(o, v.expected(t))
     assert 2 <= v.max_concurrent <= 4
-    assert max(v.batches) == 2  # LANE_BATCH bounds a lane's batch
+    assert max(v.batches) == 2  # CpuLanes.batch bounds a lane's batch
     assert set(teams) <= {1, 2} and 1 in teams  # lanes split the two threads while both run
 
     def request_of(payload) -> str:  # "request 3 sentence 1" -> "request 3"
@@ -292,24 +297,11 @@ def test_cpu_lanes_run_batches_at_once_never_two_of_one_request(monkeypatch):
                 assert not {request_of(x) for x in p} & {request_of(x) for x in q}
 
 
-def _two_threads_with_teams(monkeypatch) -> dict:
-    """A 2-thread CPU whose threads take OpenMP team sizes (nothing reniced); returns the
-    team size each engine thread set last, by thread id."""
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: None)
-    teams = {}
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.__setitem__(threading.get_ident(), n) or True)
-    return teams
-
-
 def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_order(monkeypatch):
     """Spill: a lone request's sentences after its first run two at a time, one thread each
     (its stream's first sentence alone on both threads, for first audio); a later sentence
     that finishes first waits, and the chunks (cut pieces included) come in order."""
-    teams = _two_threads_with_teams(monkeypatch)
+    teams = {}
     v = FakeVoice(concurrent_runs=True)
     run = v.run_pieces
     ran = []  # (payload, team, start, end) per batch
@@ -329,7 +321,7 @@ def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_orde
     async def go():
         return await AsyncEngine(eng).submit("fake", text).collect()
 
-    with Engine([v], config) as eng:
+    with Engine([v], config, cpu=two_threads(teams)) as eng:
         chunks = asyncio.run(go())
     idx = [c.index for c in chunks]
     assert idx == sorted(idx) and sorted(set(idx)) == list(range(6))
@@ -343,34 +335,28 @@ def test_spill_runs_a_lone_requests_sentences_two_at_a_time_and_delivers_in_orde
 
 
 def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_lane(monkeypatch):
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    teams = []
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
-    reniced = []
-    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: reniced.append(threading.current_thread().name))
+    teams, reniced = [], []
     v = FakeVoice(delay_s=0.005, concurrent_runs=True)
     ran_on = set()
     run = v.run_pieces
     monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.add(threading.current_thread().name) or run(*a, **k))
     no_spill = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0), frontend_lookahead=4)
-    with monkeypatch.context() as m:
-        m.setattr(engine_mod._Worker, "SPILL", False)
-        with Engine([v], no_spill) as eng:  # one request at a time: nothing else waits
-            for t in texts(3):
-                asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
+    with Engine([v], no_spill, cpu=two_threads(teams, reniced, spill=False)) as eng:  # one request at a time
+        for t in texts(3):
+            asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
     assert teams and set(teams) == {2} and v.max_concurrent == 1
-    with Engine([v], cfg()) as eng:  # with spill (the default) too, for one-sentence requests
+    with Engine([v], cfg(), cpu=two_threads(teams, reniced)) as eng:  # with spill (the default) too, for one-sentence requests
         for t in ("one sentence.", "another one."):
             asyncio.run(_gather(AsyncEngine(eng), "fake", [t]))
     assert set(teams) == {2} and v.max_concurrent == 1
     # on urgent lane 0, at the process's priority (a reniced team would crawl beside urgent work)
     assert ran_on == {"voxserve-worker-cpu-urgent-0"} and len(reniced) == 4 and not ran_on & set(reniced)
-    assert Engine([FakeVoice()], cfg()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
-    assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(executor="serial")).lanes == {"cpu": 1}
-    assert Engine([FakeVoice(concurrent_runs=True)], EngineConfig(executor="serial")).urgent_lanes == {"cpu": False}
+    assert Engine([FakeVoice()], cfg(), cpu=two_threads()).lanes == {"cpu": 1}  # concurrent_runs False (Bark, CUDA graphs)
+    serial = Engine([FakeVoice(concurrent_runs=True)], EngineConfig(executor="serial"), cpu=two_threads())
+    assert serial.lanes == {"cpu": 1} and serial.urgent_lanes == {"cpu": False}
+    assert Engine([FakeVoice(concurrent_runs=True)], cfg(), cpu=two_threads(threads=1)).lanes == {"cpu": 1}
+    no_teams = CpuLanes(threads=2, teams=False, fitted_team=lambda n: n)  # lanes would oversubscribe the cores
+    assert Engine([FakeVoice(concurrent_runs=True)], cfg(), cpu=no_teams).lanes == {"cpu": 1}
     for bad in ("threads", "lanes"):
         with pytest.raises(ValueError, match="executor"):
             EngineConfig(executor=bad).validate()
@@ -379,14 +365,14 @@ def test_a_lone_batch_takes_every_thread_and_voices_that_cannot_share_get_one_la
 
 def test_a_lone_batch_runs_on_every_thread(monkeypatch):
     """A batch with nothing else running or waiting takes every thread, short or long."""
-    teams = _two_threads_with_teams(monkeypatch)
+    teams = {}
     v = FakeVoice(concurrent_runs=True)
     run, ran = v.run_pieces, []
     monkeypatch.setattr(v, "run_pieces", lambda units, **k: ran.append((units[0].cost, teams.get(threading.get_ident())))
                         or run(units, **k))
     long = "a single sentence of one hundred and twenty characters, " * 2 + "and more."
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
-    with Engine([v], config) as eng:
+    with Engine([v], config, cpu=two_threads(teams)) as eng:
         for text in ("a short one.", long):
             asyncio.run(_gather(AsyncEngine(eng), "fake", [text]))
     # (a streamed sentence's rest may follow)
@@ -415,26 +401,17 @@ class GatedLongVoice(FakeVoice):
         return super().run_pieces(units, early, max_cost)
 
 
-def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkeypatch):
+def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes():
     """Long sentences hold the lanes; a short request is served at once on an urgent lane
     (the other lanes' threads reniced below it)."""
-    from voxserve.engine import engine as engine_mod
-    from voxserve.engine import scheduler as scheduler_mod
-
-    monkeypatch.setattr(scheduler_mod, "URGENT_MAX_COST", 60)
-    monkeypatch.setattr(engine_mod._Worker, "LANE_NICE", 7)
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    teams = []
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
     reniced = []
-    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: reniced.append(d) or True)
+    lanes = two_threads(urgent_max_cost=60, nice=7, lower_priority=lambda d: reniced.append(d) or True)
     v = GatedLongVoice(long=100, concurrent_runs=True)
     long_text = "x" * 150 + ". " + "y" * 150 + "."  # two sentences: 300 to its end, not urgent
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
     done = threading.Event()
 
-    class Sink:
+    class Sink(EngineSink):
         def on_audio(self, i, a, t, partial=False):
             pass
         def on_done(self, n):
@@ -446,7 +423,7 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
         def on_done(self, n):
             pass
 
-    eng = Engine([v], config).start(threads=False)  # accept first: the lanes find work queued
+    eng = Engine([v], config, cpu=lanes).start(threads=False)  # accept first: the lanes find work queued
     assert eng.urgent_lanes == {"cpu": True} and eng.lanes == {"cpu": 2}
     for _ in range(3):  # two hold the (other) lanes, one waits
         eng.submit("fake", long_text, None, Quiet())
@@ -456,7 +433,7 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
     eng.start()
     while v.held < 2 and time.time() < deadline:
         time.sleep(0.005)
-    assert eng._workers["cpu"]._team[:2] == [1, 1]
+    assert eng._executors["cpu"]._team[:2] == [1, 1]
     cpu = time.process_time()
     time.sleep(0.5)  # a long request waits, due, that the idle urgent lanes may not take
     assert time.process_time() - cpu < 0.2  # they sleep: no lane spins on work it cannot take
@@ -470,44 +447,31 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes(monkey
     assert v.held_when_short_ran[0] == 2  # it ran while long work held both lanes
 
 
-def test_warm_voice_warms_every_team_size_the_lanes_use(monkeypatch):
+def test_warm_voice_warms_every_team_size_the_lanes_use():
     """oneDNN builds kernels per shape and thread count: the warm-up runs once per team size
     (every thread for a lone batch, one for a lane's share), then gives its team back."""
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    teams = []
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: teams.append(n) or True)
-    released = []
-    monkeypatch.setattr(engine_mod, "release_openmp_threads", lambda: released.append(1) or True)
+    teams, released = [], []
+    lanes = two_threads(teams, release_threads=lambda: released.append(1) or True)
     v = FakeVoice(concurrent_runs=True)
     warmed_at = []
     v.warmup = lambda: warmed_at.append(teams[-1] if teams else None)
-    Engine([v], cfg()).warm_voice("fake")
+    Engine([v], cfg(), cpu=lanes).warm_voice("fake")
     assert warmed_at == [2, 1] and teams[-1] == 2 and released
     warmed_at.clear()
     teams.clear()
-    Engine([v], EngineConfig(executor="serial")).warm_voice("fake")  # one lane: its team as it is
+    Engine([v], EngineConfig(executor="serial"), cpu=lanes).warm_voice("fake")  # one lane: its team as it is
     assert warmed_at == [None]
     with pytest.raises(UnknownVoiceError):
-        Engine([v], cfg()).warm_voice("nope")
+        Engine([v], cfg(), cpu=lanes).warm_voice("nope")
 
 
-def test_a_lone_batch_that_waits_for_companions_still_starts(monkeypatch):
+def test_a_lone_batch_that_waits_for_companions_still_starts():
     """With lanes, batches of 2 and a max wait: a lone request's batch is urgent lane 0's, which
     must wake at its deadline even though no urgent work is queued."""
-    from voxserve.engine import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "intra_op_threads", lambda: 2)
-    monkeypatch.setattr(engine_mod, "thread_teams", lambda: True)
-    monkeypatch.setattr(engine_mod, "set_thread_team", lambda n: True)
-    monkeypatch.setattr(engine_mod, "lower_thread_priority", lambda d: True)
     v = FakeVoice(concurrent_runs=True)
     text = ". ".join("z" * 200 for _ in range(3)) + "."  # not urgent: 600 to its end
-    monkeypatch.setattr(engine_mod._Worker, "LANE_BATCH", 2)
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=50, max_batch_phonemes=10_000))
-    with Engine([v], config) as eng:
+    with Engine([v], config, cpu=two_threads(batch=2)) as eng:
         out = asyncio.run(asyncio.wait_for(_gather(AsyncEngine(eng), "fake", [text]), 5))  # (hung before)
     np.testing.assert_array_equal(out[0], v.expected(text))
 
@@ -516,24 +480,16 @@ def test_on_a_busy_machine_the_reniced_lanes_sit_out_and_the_urgent_lanes_take_a
     """Other processes hold a core (`fitted_team` below the threads): the reniced lanes would get
     a small share of a core against them, so only the lanes at the process's priority run
     batches, of any class, two at a time; once the load is gone the other lanes work again."""
-    from voxserve.engine import engine as engine_mod
-
-    _two_threads_with_teams(monkeypatch)
     busy = {"on": True}
-    monkeypatch.setattr(engine_mod, "fitted_team", lambda n: 1 if busy["on"] else n)
-    monkeypatch.setattr(engine_mod, "_CONTENDED_RECHECK_S", 0.05)
+    lanes = two_threads(fitted_team=lambda n: 1 if busy["on"] else n, recheck_s=0.05, urgent_max_cost=10, spill=False)
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ran_on = []
     run = v.run_pieces
     monkeypatch.setattr(v, "run_pieces", lambda *a, **k: ran_on.append(threading.current_thread().name) or run(*a, **k))
     long_texts = [". ".join(f"a long sentence {k} of request {i} that is not urgent" for k in range(4)) + "."
                   for i in range(4)]
-    from voxserve.engine import scheduler as scheduler_mod
-
-    monkeypatch.setattr(scheduler_mod, "URGENT_MAX_COST", 10)
-    monkeypatch.setattr(engine_mod._Worker, "SPILL", False)
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
-    with Engine([v], config) as eng:
+    with Engine([v], config, cpu=lanes) as eng:
         got = asyncio.run(_gather(AsyncEngine(eng), "fake", long_texts))
         for a, t in zip(got, long_texts):
             np.testing.assert_array_equal(a, v.expected(t))

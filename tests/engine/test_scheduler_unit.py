@@ -535,7 +535,7 @@ def test_queued_cost_per_voice_follows_add_requeue_schedule_and_cancel():
 
 
 def test_throughput_is_a_ratio_of_weighted_sums():
-    from voxserve.engine.scheduler import Throughput
+    from voxserve.engine.admission import Throughput
 
     t = Throughput(weight=0.5)
     assert t.seconds_per_cost is None and t.cost_per_s is None
@@ -555,7 +555,7 @@ def test_throughput_is_a_ratio_of_weighted_sums():
 
 
 def test_drain_seconds_uses_each_voices_speed_and_the_slowest_for_unmeasured_ones():
-    from voxserve.engine.scheduler import Throughput, drain_seconds
+    from voxserve.engine.admission import Throughput, drain_seconds
 
     fast, slow = Throughput(), Throughput()
     assert drain_seconds({"fast": 100}, {"fast": fast}) is None  # nothing measured: no figure
@@ -568,7 +568,7 @@ def test_drain_seconds_uses_each_voices_speed_and_the_slowest_for_unmeasured_one
 
 
 def test_time_admission_pairwise_bound():
-    from voxserve.engine.scheduler import time_admission
+    from voxserve.engine.admission import time_admission
 
     inf = float("inf")
     # nothing accepted: the wait is what is left of the batch in flight

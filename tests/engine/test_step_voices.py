@@ -10,11 +10,12 @@ import pytest
 
 from step_fakes import FakeStepVoice
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.options import SynthesisOptions
 from serve_fakes import FakeVoice
 
 
-class Sink:
+class Sink(EngineSink):
     def __init__(self):
         self.pieces: dict[int, list[np.ndarray]] = {}
         self.texts: dict[int, list[str]] = {}

@@ -12,6 +12,7 @@ import time
 from serve_fakes import FakeVoice
 
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.errors import UnpronounceableTextError
 from voxserve.voice import Unit
 
@@ -44,7 +45,7 @@ class SlowFrontEndVoice(FakeVoice):
         return out
 
 
-class Sink:
+class Sink(EngineSink):
     def __init__(self):
         self.done = threading.Event()
         self.error: BaseException | None = None

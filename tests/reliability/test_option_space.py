@@ -94,7 +94,7 @@ def test_sentence_over_its_limit_fails_alone_in_its_batch(tiny_voice_path):
     units = [next(iter(voice.units(t, voxserve.DETERMINISTIC))) for t in ("A.", "This one is a much longer sentence.")]
     out = voice.run_pieces(units)
     assert not isinstance(out[0][0], BaseException) and len(out[0][0]) <= 0.05 * voice.sample_rate
-    assert isinstance(out[1][0], AudioTooLongError) and out[1][0].option == "max_sentence_audio_seconds"
+    assert isinstance(out[1].error, AudioTooLongError) and out[1].error.option == "max_sentence_audio_seconds"
     with pytest.raises(AudioTooLongError, match="max_sentence_audio_seconds"):
         voice.synthesize("This one is a much longer sentence.")
 

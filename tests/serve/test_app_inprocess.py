@@ -15,6 +15,7 @@ from serve_fakes import FakeVoice
 
 from voxserve.audio import available_stream_formats, float_to_int16
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.serve.app import AppConfig, create_app
 
 
@@ -206,7 +207,7 @@ def test_overload_is_429_with_retry_after():
     voice.gate = threading.Event()
     done = threading.Event()
 
-    class Sink:  # an accepted request, submitted straight to the engine
+    class Sink(EngineSink):  # an accepted request, submitted straight to the engine
         def on_audio(self, *a): pass
         def on_done(self, n): done.set()
         def on_error(self, e): raise AssertionError(e)

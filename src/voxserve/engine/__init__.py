@@ -1,7 +1,9 @@
-"""Serving engine: scheduler (pure Python), engine (worker threads), async engine (asyncio side)."""
+"""Serving engine: scheduler (pure Python), admission, device workers (the step) and their
+executors, the output path, the async engine (asyncio side)."""
 
 from .async_engine import AsyncEngine, SpeechStream
-from .engine import Engine, EngineConfig
+from .engine import BatchObserver, Engine, EngineConfig, Sink
+from .executors import CpuLanes
 from .scheduler import Batch, Item, Scheduler, SchedulerConfig
 
-__all__ = ["AsyncEngine", "SpeechStream", "Engine", "EngineConfig", "Batch", "Item", "Scheduler", "SchedulerConfig"]
+__all__ = ["AsyncEngine", "SpeechStream", "Engine", "EngineConfig", "Sink", "BatchObserver", "CpuLanes", "Batch", "Item", "Scheduler", "SchedulerConfig"]

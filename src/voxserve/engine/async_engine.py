@@ -16,13 +16,13 @@ import numpy as np
 
 from ..audio import AudioChunk
 from ..options import SynthesisOptions
-from .engine import Engine
+from .engine import Engine, Sink
 from .held_audio import HeldAudio
 
 _DONE = object()
 
 
-class _QueueSink:
+class _QueueSink(Sink):
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
@@ -149,9 +149,13 @@ class AsyncEngine:
 
     def submit(self, voice: str, text: str, options: SynthesisOptions | None = None,
                streaming: bool = True) -> SpeechStream:
-        """Accept a request now (raises for bad input, overload, shutdown) and return its stream.
-        Must be called on the event loop thread. streaming=False: a whole answer, charged its
-        predicted audio (silence included) against `held` until `release_held` or its end."""
+        """Accept a request now (raises UnknownVoiceError, OverloadedError, EngineClosedError; a
+        whole answer past the held-audio budget: OverloadedError / AudioTooLongError) and return
+        its stream. Must be called on the event loop thread, which runs none of the request's
+        front end (`Engine.accept`): bad input (EmptyTextError, InvalidOptionError,
+        UnpronounceableTextError, ...) is raised by the stream (`first()`, or iterating it).
+        streaming=False: a whole answer, charged its predicted audio (silence included) against
+        `held` until `release_held` or its end."""
         loop = asyncio.get_running_loop()
         sink = _QueueSink(loop)
         v = self.engine.voice(voice)
@@ -161,7 +165,7 @@ class AsyncEngine:
             if held is not None:
                 retry = min(60.0, max(1.0, self.engine.queue_wait_s(voice) or 1.0))  # audio comes as work drains
                 held.admit(stream, v.predicted_audio_s(text, options), v.sample_rate, retry)
-            stream.request_id = self.engine.submit(voice, text, options, sink, streaming=streaming)
+            stream.request_id = self.engine.accept(voice, text, options, sink, streaming=streaming)
         except BaseException:
             stream.release_held()
             stream._done = True  # nothing to cancel

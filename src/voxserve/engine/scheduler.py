@@ -105,19 +105,15 @@ requests are always accepted.
 
 Admission by time
 -----------------
-The engine refuses a request whose wait would pass a bound (`EngineConfig.max_queue_wait_s`),
-or whose work would push an accepted request past its own deadline. The parts that need no
-clock live here: queued cost per voice and per request (`queued_cost_of`, `pending_cost`), a
-device's observed speed (`Throughput`, fed each batch's cost and busy seconds by the caller)
-and `time_admission`, the decision itself (callers pass `now` and the work in seconds).
-The order of service above gives the bound it uses: of two requests, the one with less work
-left goes first (least work first) or they alternate (round-robin), so a request b delays a
-request a by at most min(b's work left, a's work left).
+The engine refuses a request whose wait would pass a bound; that decision lives in
+`engine/admission.py`. The scheduler gives it the queued cost per voice and per request
+(`queued_cost_of`, `pending_cost`). The order of service above gives the bound it uses: of
+two requests, the one with less work left goes first (least work first) or they alternate
+(round-robin), so a request b delays a request a by at most min(b's work left, a's work left).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -217,6 +213,7 @@ class _Request:
 class Scheduler:
     def __init__(self, config: SchedulerConfig | None = None):
         self.config = (config or SchedulerConfig()).validate()
+        self.urgent_max_cost = URGENT_MAX_COST  # (the CPU executor's, which alone asks for classes)
         self._requests: dict[Hashable, _Request] = {}
         self._seq = itertools.count()
         self._voice_turn: deque[Hashable] = deque()  # voices in order of arrival
@@ -347,10 +344,10 @@ class Scheduler:
 
     def _ends(self, r: _Request) -> bool:
         """The request's queued work is all it has left, within `URGENT_MAX_COST`."""
-        return self._queued_work(r) <= URGENT_MAX_COST
+        return self._queued_work(r) <= self.urgent_max_cost
 
     def _in_class(self, r: _Request, urgent: bool | None) -> bool:
-        return urgent is None or (self._left(r) <= URGENT_MAX_COST) == urgent
+        return urgent is None or (self._left(r) <= self.urgent_max_cost) == urgent
 
     @staticmethod
     def _spillable(r: _Request) -> bool:
@@ -555,117 +552,6 @@ class Scheduler:
             r = self._requests.get(it.request_id)
             if r is not None:
                 r.running -= 1
-
-
-class Throughput:
-    """A device's speed for one voice: cost (phoneme ids) per second of busy device time, as
-    exponentially weighted sums of each batch's cost and seconds. A ratio of sums, not a mean of
-    per-batch rates: with several lanes a batch's busy seconds are the time since the previous
-    one ended, which may be tiny, and one such sample must not read as a device of infinite speed.
-    The default weight remembers about the last 20 batches (a couple of seconds under load on a
-    CPU); a heavier one made the figure swing under overload."""
-
-    def __init__(self, weight: float = 0.05):
-        if not 0 < weight <= 1:
-            raise ValueError("weight must be in (0, 1]")
-        self.weight = weight
-        self._cost = 0.0
-        self._seconds = 0.0
-
-    def add(self, cost: float, seconds: float) -> None:
-        """One batch (or window of busy time): its cost and the device seconds it took."""
-        if cost <= 0 or seconds < 0:
-            return
-        a = self.weight
-        self._cost = (1 - a) * self._cost + a * float(cost)
-        self._seconds = (1 - a) * self._seconds + a * float(seconds)
-
-    @property
-    def seconds_per_cost(self) -> float | None:
-        """Device seconds one unit of cost takes; None before any batch was timed."""
-        return self._seconds / self._cost if self._cost > 0 else None
-
-    @property
-    def cost_per_s(self) -> float | None:
-        return self._cost / self._seconds if self._cost > 0 and self._seconds > 0 else None
-
-
-def drain_seconds(work: Mapping[Hashable, float], speed: Mapping[Hashable, Throughput]) -> float | None:
-    """Seconds a device needs for `work` (cost per voice) at the voices' observed speeds. A voice
-    not timed yet is taken to be as slow as the slowest timed one (a device's voices share
-    it); None if no voice of the device has been timed (then there is no figure to go by)."""
-    known = [t.seconds_per_cost for t in speed.values() if t.seconds_per_cost is not None]
-    if not known:
-        return None
-    slowest = max(known)
-    total = 0.0
-    for voice, cost in work.items():
-        t = speed.get(voice)
-        spc = t.seconds_per_cost if t is not None and t.seconds_per_cost is not None else slowest
-        total += max(0.0, cost) * spc
-    return total
-
-
-@dataclass(frozen=True)
-class TimeAdmission:
-    """`time_admission`'s answer (seconds)."""
-
-    wait_s: float
-    """The new request's wait: the work that may go before it (see "Admission by time")."""
-    excess_s: float
-    """How far the worse of the two tests overshoots (<= 0: admit): the new request's wait past
-    the bound, or an accepted request's finish past its deadline."""
-    retry_s: float = 0.0
-    """When a refused request may find room: once its wait has drained to the bound, and any
-    accepted request it would make late has finished (at the latest by its pairwise bound)."""
-    late_request: Hashable | None = None
-    """An accepted request that would be late, if that is a reason."""
-
-    @property
-    def admit(self) -> bool:
-        return self.excess_s <= 0
-
-
-def time_admission(now: float, bound_s: float, new_s: float, accepted: Mapping[Hashable, tuple[float, float]],
-                   in_flight_s: float = 0.0, lanes: int = 1) -> TimeAdmission:
-    """Whether a request with `new_s` seconds of work (at the device's whole speed) may be
-    admitted. `accepted`: request -> (seconds of work left, deadline) for the requests already
-    accepted (deadline inf: none); `in_flight_s`: what is left of the batches running; `lanes`:
-    batches the device runs at once, each at 1 / lanes of its speed (a request's own sentences
-    run one lane at a time). By the pairwise bound (module doc) the new request waits in_flight
-    + sum over b of min(left_b, new), which must be <= bound_s, and an accepted a finishes by
-    now + in_flight + sum over b of min(left_b, left_a) (b = a included: its own work) +
-    (lanes - 1) x left_a (its own work on one lane while the others may idle; work of others
-    is not assumed to fit beside it: urgent lanes preempt its lane), plus min(new, left_a) with
-    the new request, which must stay <= its deadline (the engine's: arrival + bound + lanes x
-    its work, so at admission its slack is the bound less its wait)."""
-    lefts = sorted(left for left, _ in accepted.values())
-    prefix = [0.0]
-    for x in lefts:
-        prefix.append(prefix[-1] + x)
-
-    def shorter_sum(x: float) -> float:
-        """sum over accepted b of min(left_b, x)"""
-        k = bisect.bisect_right(lefts, x)
-        return prefix[k] + (len(lefts) - k) * x
-
-    wait = in_flight_s + shorter_sum(new_s)
-    excess, late = wait - bound_s, None
-    retry = max(0.0, excess)
-    for rid, (left, deadline) in accepted.items():
-        if deadline == float("inf"):
-            continue
-        delay = min(new_s, left)
-        if delay <= 0:
-            continue
-        # shorter_sum(left) counts a itself once, as min(left, left): a's own work
-        finish = in_flight_s + shorter_sum(left) + (lanes - 1) * left  # from now, without the new request
-        over = now + finish + delay - deadline
-        if over > 0:
-            retry = max(retry, finish)
-            if over > excess:
-                excess, late = over, rid
-    return TimeAdmission(wait, excess, retry, late)
 
 
 def batch_cost(items: Sequence[Item]) -> int:

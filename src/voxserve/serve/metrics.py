@@ -13,8 +13,10 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ..engine import BatchObserver
 
-class Metrics:
+
+class Metrics(BatchObserver):
     def __init__(self, engine=None):
         self.registry = r = CollectorRegistry()
         self.requests = Counter(

@@ -30,24 +30,6 @@ from .schemas import MODEL_ID, OPENAI_MODELS
 log = logging.getLogger(__name__)
 
 
-class _WarmupSink:
-    """The warm-up sentence's sink (the engine's Sink contract): drops the audio, keeps the end."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-    def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
-        pass
-
-    def on_done(self, n_sentences: int) -> None:
-        self.done.set()
-
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-
 def service(conn: HTTPConnection) -> "SpeechService":
     """The app's service (a FastAPI dependency of every route; HTTP and WebSocket alike)."""
     return conn.app.state.service
@@ -67,23 +49,8 @@ class SpeechService:
 
     # ------------------------------------------------------------------ lifecycle
     def warm_up(self) -> None:
-        engine = self.engine
-        for name in engine.voices:
-            try:
-                # Until `ready` is set every request is refused (503), so no batch can be on the
-                # worker: the voice's own warm-up (CPU: per-shape kernels; CUDA: graph capture)
-                # may use the model from this thread.
-                engine.warm_voice(name)
-                sink = _WarmupSink()
-                engine.submit(name, "Hello.", None, sink)
-                if not sink.done.wait(300):
-                    log.warning("warm-up of voice %s: no answer in 300 s; its first request may be slow", name)
-                elif sink.error is not None:
-                    log.warning("warm-up of voice %s failed (%s); its first request may be slow", name, sink.error)
-                else:
-                    self.warmed.append(name)
-            except Exception:  # a failed warm-up leaves a slower first request, not a dead server
-                log.exception("warm-up of voice %s failed", name)
+        # Until `ready` is set every request is refused (503): nothing else is on the models
+        self.warmed.extend(self.engine.warm_up())
         self.ready.set()
 
     def start_up(self) -> None:

@@ -37,7 +37,6 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from .. import __version__
 from ..audio import SentenceJoiner, float_to_int16
 from ..engine import AsyncEngine, Engine, SpeechStream
-from ..runtime.cpu import in_passing_thread
 from ..errors import (
     EngineClosedError,
     InvalidInputError,
@@ -613,10 +612,7 @@ class WyomingServer:
 async def warm_up(engine: Engine) -> None:
     """Each voice's own warm-up, then one sentence through the engine (a first request is then
     as fast as the next). Before any traffic: it uses the models from a worker thread."""
-    aengine = AsyncEngine(engine)
-    for name in engine.voices:
-        await asyncio.to_thread(in_passing_thread, engine.warm_voice, name)  # (runtime/cpu.py)
-        await aengine.submit(name, "Hello.").collect()
+    await asyncio.to_thread(engine.warm_up)
 
 
 async def serve(engine: Engine, config: WyomingConfig, warmup: bool = True, shutdown_timeout_s: float = 30.0,

@@ -199,9 +199,9 @@ class VitsVoice(Voice):
         return out
 
     def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[tuple[np.ndarray | BaseException, Unit | None]]:
-        """As Voice.run_pieces; a sentence over the sentence limit gets its AudioTooLongError in
-        place of audio (the batch's other sentences are not affected)."""
+                   max_cost: int | None = None) -> list[Piece]:
+        """As Voice.run_pieces; a sentence over the sentence limit fails alone (`Piece.failed`:
+        its AudioTooLongError; the batch's other sentences are not affected)."""
         if any(isinstance(u.payload, Paused) for u in units):
             return _run_paused_pieces(self, units, early, max_cost)
         out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
@@ -217,8 +217,8 @@ class VitsVoice(Voice):
         # a sentence's first piece has its durations; a continuation (a Unit) has no spans
         words = () if r.durations is None else word_times(getattr(u, "spans", ()), r.durations, frame_s)
         if isinstance(audio, FramesOverLimit):
-            audio = self._sentence_error(audio)
-        elif silence is not None and len(silence):
+            return Piece.failed(self._sentence_error(audio))
+        if silence is not None and len(silence):
             audio = np.concatenate([silence, audio])
             offset = len(silence) / self.sample_rate
             words = tuple(replace(w, start=w.start + offset, end=w.end + offset) for w in words)

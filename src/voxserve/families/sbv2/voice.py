@@ -272,12 +272,12 @@ class Sbv2Voice(Voice):
         return out
 
     def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[tuple[np.ndarray | BaseException, Unit | None]]:
-        """Whole sentences (SBV2 is not cut); a sentence over the sentence limit gets its
-        AudioTooLongError in place of audio, its batch mates are not affected."""
+                   max_cost: int | None = None) -> list[Piece]:
+        """Whole sentences (SBV2 is not cut); a sentence over the sentence limit fails alone
+        (`Piece.failed`: its AudioTooLongError), its batch mates are not affected."""
         items = [u.payload for u in units]
         frame_s = self.model.dims.hop_length / self.sample_rate
-        return [Piece(a, None, () if isinstance(a, BaseException) else _word_times(it.words, d, frame_s))
+        return [Piece.failed(a) if isinstance(a, BaseException) else Piece(a, None, _word_times(it.words, d, frame_s))
                 for it, (a, d) in zip(items, self._synthesize_timed(items))]
 
     def warmup(self) -> None:

@@ -1,0 +1,75 @@
+"""The step, part by part: `schedule` names one kind of work per step (a shared component's
+batch, a step of the step runners with its joins and leaves, a one-shot batch) and touches no
+model; `execute` runs the plan; `update` applies it. Driven by hand with fakes (no torch)."""
+
+from __future__ import annotations
+
+import time
+
+from serve_fakes import FakeVoice, RecordingSink
+from step_fakes import FakeEncodedVoice, FakeEncoder, FakeStepVoice
+
+from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+
+
+def kind(plan) -> str:
+    return "stage" if plan.stage else "batch" if plan.batch else "step"
+
+
+def wait_queued(w, n: int) -> None:
+    deadline = time.time() + 10
+    while w.scheduler.queued + len(w.stage_queue) < n:
+        assert time.time() < deadline, "the front end did not queue the sentences"
+        time.sleep(0.005)
+
+
+def test_schedule_plans_one_kind_of_work_and_calls_no_model():
+    enc = FakeEncoder()
+    voices = [FakeEncodedVoice("enc", enc, 300.0), FakeStepVoice("ar", capacity=2), FakeVoice("vits")]
+    eng = Engine({v.name: v for v in voices}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))).start(threads=False)
+    w = eng._workers["cpu"]
+    sinks = {name: RecordingSink() for name in ("enc", "ar", "vits")}
+    for name, s in sinks.items():
+        eng.submit(name, "one. two. three.", None, s)
+    wait_queued(w, 9)
+    pick = lambda now, room: w.scheduler.schedule(now, force=True, room=room)  # noqa: E731
+    kinds = []
+    for _ in range(200):
+        with w.cond:
+            before = (len(enc.batches), list(voices[2].batches), [set(h) for h in voices[1].runner.history])
+            plan = w.schedule(time.monotonic(), pick)
+            # deciding ran nothing: no model was called, no sequence joined a runner
+            assert before == (len(enc.batches), list(voices[2].batches), [set(h) for h in voices[1].runner.history])
+        if plan is None:
+            break
+        if plan.joins:
+            assert all(key not in runner.seqs for runner, key, _ in plan.joins)
+        kinds.append(kind(plan))
+        w.update(plan, w.execute(plan))
+    assert all(s.done.is_set() and s.error is None for s in sinks.values())
+    assert kinds[0] == "stage"  # a shared component's inputs gate their voices' sentences: first
+    assert {"stage", "step", "batch"} <= set(kinds)
+    assert eng.in_flight == 0
+    eng.shutdown(1)
+
+
+def test_a_cancelled_sequence_leaves_its_runner_in_the_next_plan():
+    ar = FakeStepVoice("ar", capacity=2)
+    eng = Engine([ar], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))).start(threads=False)
+    w = eng._workers["cpu"]
+    rid = eng.submit("ar", "a sentence long enough for many steps of its runner.", None, RecordingSink())
+    wait_queued(w, 1)
+    pick = lambda now, room: w.scheduler.schedule(now, force=True, room=room)  # noqa: E731
+    with w.cond:
+        plan = w.schedule(time.monotonic(), pick)
+    assert len(plan.joins) == 1 and not plan.leaves
+    w.update(plan, w.execute(plan))
+    eng.cancel(rid)
+    with w.cond:
+        plan = w.schedule(time.monotonic(), pick)
+    assert [key for _, key in plan.leaves] == [plan_key for plan_key in ar.runner.seqs]
+    w.update(plan, w.execute(plan))
+    assert ar.runner.active == 0 and ar.runner.left
+    with w.cond:
+        assert w.schedule(time.monotonic(), pick) is None
+    eng.shutdown(1)
