@@ -18,6 +18,7 @@ from vits_fixtures import load_piper
 import voxserve
 from voxserve.families.piper.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
 from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
+from voxserve.models.vits_precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 from voxserve.runtime.offload import DeviceBudget, WeightOffloader, module_bytes
 
 DET = voxserve.DETERMINISTIC
