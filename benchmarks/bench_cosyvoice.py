@@ -48,7 +48,6 @@ for _p in (FIX, ROOT / "tests" / "cosyvoice2"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import numpy as np  # noqa: E402
 
 from harness import add_parser, cmd_bench  # noqa: E402
 from harness.arms import default_threads  # noqa: E402
