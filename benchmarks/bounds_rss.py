@@ -64,7 +64,8 @@ def child(family: str) -> dict:
         import cv2_fixtures as fx
         import cv2_onnx_fixtures as onnx_fx
 
-        d = fx.write_model_folder(tmp / "tiny-cosyvoice2", speakers={"spk": fx.prompt_entry()})
+        # the encoder chunk-masked as CosyVoice2-0.5B's (25 tokens): streams take the flow cache path
+        d = fx.write_model_folder(tmp / "tiny-cosyvoice2", speakers={"spk": fx.prompt_entry()}, encoder_chunk=25)
         onnx_fx.write_standins(d)
         voice = voxserve.load_voice(f"cosyvoice2:{d}", device="cpu")
         short, worst = "Hello there.", _words(MAX_CHARS)

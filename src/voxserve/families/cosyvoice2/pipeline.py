@@ -97,6 +97,14 @@ class CosyModel:
     def length_bounds(n_text: int, n_prompt_text: int = 0) -> tuple[int, int]:
         return length_bounds(n_text)
 
+    def audio_tokens(self, seconds: float, speed: float = 1.0) -> int:
+        """Speech tokens whose audio lasts at most `seconds` at `speed` (the final chunk's mel
+        is stretched by 1/speed)."""
+        return int(seconds * speed * self.sample_rate // self.config.samples_per_token)
+
+    def audio_seconds(self, tokens: int, speed: float = 1.0) -> float:
+        return tokens * self.config.samples_per_token / self.sample_rate / speed
+
     # ---------------------------------------------------------------- prompts
     def prompt_from_features(self, name: str, f) -> CosyPrompt:
         """A CosyPrompt from frontend.PromptFeatures (its transcript tokenised here unless the

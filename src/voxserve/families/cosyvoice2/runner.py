@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...errors import AudioTooLongError
 from ...runtime.step import Decoder, LMSequence, StopRule
 from ...voice import StepResult, StepRunner, Unit
 from .schedule import ChunkSchedule
@@ -96,8 +97,11 @@ class CosyStepRunner(StepRunner):
                 item = unit.payload
                 seq = _Seq(key, unit, self.model.chunk_schedule(item.prompt.n_speech_tokens),
                            self.model.start_stream(item))
+                most = item.max_tokens
+                if item.max_audio_s is not None:  # one token past the sentence's audio limit is enough to refuse it
+                    most = min(most, self.model.audio_tokens(item.max_audio_s, item.speed) + 1)
                 seq.lm = LMSequence(key, self.model.prompt(item), self.model.sampler(item),
-                                    StopRule(eos=self.model.eos, max_new_tokens=item.max_tokens), state=item)
+                                    StopRule(eos=self.model.eos, max_new_tokens=most), state=item)
                 self.decoder.add(seq.lm)
                 self._seqs[key] = seq
             except Exception as e:  # this unit only
@@ -115,8 +119,18 @@ class CosyStepRunner(StepRunner):
         now = time.perf_counter()
         for s in stopped:
             seq = self._seqs.get(s.key)
-            if seq is not None:
-                seq.finished = True
+            if seq is None:
+                continue
+            item = seq.unit.payload
+            made = len(s.output)
+            if item.max_audio_s is not None and made > self.model.audio_tokens(item.max_audio_s, item.speed):
+                # over the sentence's limit: refused now, before token2wav runs on the rest of it
+                self.leave(s.key)
+                out.append(StepResult(s.key, error=AudioTooLongError(
+                    "a sentence", self.model.audio_seconds(made, item.speed), item.max_audio_s,
+                    "max_sentence_audio_seconds")))
+                continue
+            seq.finished = True
         for seq in self._seqs.values():
             if seq.lm is not None:
                 seq.tokens = seq.lm.output

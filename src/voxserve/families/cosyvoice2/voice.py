@@ -77,6 +77,9 @@ class CosyItem:
     min_tokens: int = 0
     max_tokens: int = 1
     """The language model's length bounds (speech tokens), from the text's token count."""
+    max_audio_s: float | None = None
+    """The sentence's audio limit (Limits.max_sentence_audio_seconds): a sentence whose speech
+    tokens pass it is refused as soon as the language model has made one token too many."""
     lm_prompt_ids: torch.Tensor | None = None
     """[Np] int64: what the language model reads before the text instead of the speaker's
     transcript (instruct mode: the instructions and <|endofprompt|>; cross-lingual: nothing)."""
@@ -189,7 +192,7 @@ class CosyVoice2Voice(Voice):
                 ids = self.model.tokenize(piece)
                 lo, hi = self.model.length_bounds(len(ids), len(prompt.text_ids))
                 item = CosyItem(piece, torch.tensor(ids, dtype=torch.long), prompt, sentence_seed(opts.seed, n),
-                                speed, lo, hi, **mode)
+                                speed, lo, hi, max_audio_s=self.limits.max_sentence_audio_seconds, **mode)
                 w = speech_weight(piece)
                 yield Unit(n, piece, max(1, COST_PER_CHAR * w), item, w / CHARS_PER_SECOND / speed)
                 n += 1
