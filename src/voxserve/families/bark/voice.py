@@ -33,6 +33,7 @@ import numpy as np
 
 from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
 from ...options import SynthesisOptions
+from ...runtime.allocator import release_free_memory
 from ...text.frontend import check_text
 from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
@@ -271,9 +272,7 @@ class BarkVoice(Voice):
     def unload(self) -> None:
         """Voice.unload: the runner (BarkModel, the step runner's decoders) goes; the
         tokenizer and the speaker presets stay."""
-        import torch
-
-        from ...runtime.allocator import release_free_memory
+        import torch  # (torch only once a voice loads: the CLI reads this module at start-up)
 
         if self.runner is None:
             return
