@@ -45,7 +45,8 @@ def test_the_bert_goes_with_the_last_voice_and_requests_after_a_reload_say_the_s
         after = [speak(eng, a.name, TEXT, o) for o in (DET, SEEDED)]
         assert a.loaded and bert.loaded and not b.loaded  # only the voice asked for
         for x, y in zip(after, before[a.name]):
-            np.testing.assert_array_equal(x, y)
+            # float noise only (the engine's BERT batches, as test_sbv2_voice's engine test)
+            np.testing.assert_allclose(x, y, atol=1e-5)
         assert eng.loads.reloads == 1 and eng.loads.unloads == 2
 
 
@@ -55,12 +56,12 @@ def test_one_voice_unloaded_leaves_the_bert_to_the_other(voices):
         want = speak(eng, b.name, TEXT, DET)
         a.unload()
         assert a.model is None and a.berts["JP"].loaded  # b still runs it
-        np.testing.assert_array_equal(speak(eng, b.name, TEXT, DET), want)
+        np.testing.assert_allclose(speak(eng, b.name, TEXT, DET), want, atol=1e-5)
         b.unload()
         assert not b.berts["JP"].loaded
         b.reload()
         assert b.berts["JP"].loaded and not a.loaded
-        np.testing.assert_array_equal(speak(eng, b.name, TEXT, DET), want)
+        np.testing.assert_allclose(speak(eng, b.name, TEXT, DET), want, atol=1e-5)
 
 
 def test_never_unloaded_while_a_request_of_it_runs(voices):

@@ -5,9 +5,8 @@ the same; never while a request of the voice runs."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from cv2_fixtures import prompt_entry, write_model_folder
+from cv2_fixtures import assert_same_audio, prompt_entry, write_model_folder
 from cv2_onnx_fixtures import write_standins
 from unload_helpers import never_unloaded_while_running, speak
 
@@ -48,7 +47,7 @@ def test_the_model_goes_with_the_last_voice_and_cloned_speakers_stay(two_voices,
         assert u.check(5.0) == []
         a.unload()
         assert not a.loaded and model.loaded  # b still uses it
-        np.testing.assert_array_equal(speak(eng, "b", "Short one.", opts[1]), want_b)
+        assert_same_audio(speak(eng, "b", "Short one.", opts[1]), want_b)
         assert u.check(20.0) == []  # b was used at 20 (a is unloaded already)
         assert u.check(30.0) == ["b"]
         assert not model.loaded and model.lm is None and model.flow is None and model.hift is None
@@ -57,7 +56,7 @@ def test_the_model_goes_with_the_last_voice_and_cloned_speakers_stay(two_voices,
         assert a.loaded and model.loaded and not b.loaded
         for x, y in zip(after, before):
             assert len(x) > 0
-            np.testing.assert_array_equal(x, y)
+            assert_same_audio(x, y)  # float noise only (the family's bound for batched runs)
         assert eng.loads.reloads == 1
 
 
