@@ -71,7 +71,8 @@ WHEN = {
                          "memory and many long whole answers.",
     "unload_after": "Seconds after which a voice no request has used releases its weights (GPU memory too) and "
                     "loads again on its next request, which waits for it (docs/serving.md, \"Idle unload\"). Set on "
-                    "a server holding several voices that are used now and then (Piper voices today).",
+                    "a server holding several voices that are used now and then (every family; an SBV2 BERT or a "
+                    "CosyVoice 2 model shared by several voices goes with the last of them).",
     "max_batch_size": "Raise on a GPU, with `--max-batch-phonemes`, where a batch costs little more than one "
                       "sentence.",
     "max_batch_phonemes": "Raise on a GPU (e.g. 4096). On a CPU it bounds how long a new request waits for the "

@@ -21,7 +21,7 @@ def test_a_cosyvoice2_voice_runs_on_its_models_device():
     """CosyVoice2Voice said no device, so a CUDA voice went to the worker named "cpu"."""
     from voxserve.families.cosyvoice2.voice import CosyVoice2Voice
 
-    model = types.SimpleNamespace(device=torch.device("cuda", 1), sample_rate=24000)
+    model = types.SimpleNamespace(device=torch.device("cuda", 1), sample_rate=24000, acquire=lambda voice: None)
     v = CosyVoice2Voice("cv", model, {}, None)
     assert v.device == torch.device("cuda", 1)
     eng = Engine({"cv": v, "fake": FakeVoice("fake")})

@@ -3,15 +3,12 @@ clock, the engine's hooks with a fake voice, and the RSS of a real Piper voice i
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
 import numpy as np
 import pytest
+from unload_helpers import child_json
 
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.engine.unload import IdleUnloader, VoiceLoads, idle_voices
@@ -184,36 +181,28 @@ def test_the_engine_reports_each_voice_in_flight_until_its_request_ends():
 
 
 # ------------------------------------------------------------------ a real voice's memory
-CHILD = textwrap.dedent("""
-    import json, sys
-    import voxserve
-    from voxserve.runtime.allocator import release_free_memory
+CHILD = """
+import voxserve
+from voxserve.runtime.allocator import release_free_memory
 
-    def rss_mb():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096 / 2**20
-
-    base = rss_mb()
-    v = voxserve.load_voice(device="cpu")  # en_US-joe-medium
-    first = v.synthesize("Hello there, this is a test.").samples
-    release_free_memory()
-    loaded = rss_mb()
-    v.unload()
-    unloaded = rss_mb()
-    v.reload()
-    again = v.synthesize("Hello there, this is a test.").samples
-    print(json.dumps({"base": base, "loaded": loaded, "unloaded": unloaded, "reloaded": rss_mb(),
-                      "same_len": abs(len(again) - len(first)) < 0.2 * len(first), "was": v.loaded}))
-""")
+base = rss_mb()
+v = voxserve.load_voice(device="cpu")  # en_US-joe-medium
+first = v.synthesize("Hello there, this is a test.").samples
+release_free_memory()
+loaded = rss_mb()
+v.unload()
+unloaded = rss_mb()
+v.reload()
+again = v.synthesize("Hello there, this is a test.").samples
+print(json.dumps({"base": base, "loaded": loaded, "unloaded": unloaded, "reloaded": rss_mb(),
+                  "same_len": abs(len(again) - len(first)) < 0.2 * len(first), "was": v.loaded}))
+"""
 
 
 def test_unloading_a_piper_voice_gives_its_memory_back():
     """en_US-joe-medium (63 MB of weights as fp32) in a child: RSS drops on unload, and the
     voice speaks again after reload."""
-    p = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300,
-                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    assert p.returncode == 0, p.stderr[-2000:]
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r = child_json("import json\n" + CHILD)
     assert r["loaded"] - r["unloaded"] >= 40, r  # most of the weights' 63 MB comes back
     assert r["same_len"] and r["was"], r
 

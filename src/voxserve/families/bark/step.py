@@ -69,8 +69,20 @@ class BarkStepRunner(StepRunner):
     """Bark's semantic and coarse stages as continuous batches over a BarkRunner's model."""
 
     def __init__(self, runner: BarkRunner, capacity: int = 8):
-        self.runner = runner
         self.capacity = capacity
+        self._pending: list[tuple[Hashable, Unit]] = []
+        self._rows: dict[Hashable, _Sentence] = {}
+        self.bind(runner)
+
+    def bind(self, runner: BarkRunner | None) -> None:
+        """Run `runner`'s model from now on; None lets the model go (idle unload: the engine's
+        worker keeps this instance, so a reloaded voice binds its new runner here)."""
+        if self.active:
+            raise RuntimeError("a Bark step runner with sequences in it cannot change its model")
+        self.runner = runner
+        if runner is None:
+            self.semantic = self.coarse_decoder = self._suppress = None
+            return
         m = runner.model
         sc, cc = runner.semantic_config, runner.coarse_config
         self.device = runner.device
@@ -86,8 +98,6 @@ class BarkStepRunner(StepRunner):
         self.min_eos_p = sc.min_eos_p
         self.ratio = cc.coarse_rate_hz / sc.semantic_rate_hz * cc.n_coarse_codebooks  # coarse per semantic token
         self.max_semantic_history = int(np.floor(cc.max_coarse_history / self.ratio))
-        self._pending: list[tuple[Hashable, Unit]] = []
-        self._rows: dict[Hashable, _Sentence] = {}
 
     @property
     def active(self) -> int:

@@ -19,6 +19,7 @@ sentence length). Per request: SynthesisOptions.speaker (a preset name), .seed, 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ import numpy as np
 
 from ...errors import InvalidOptionError, UnknownSpeakerError, UnpronounceableTextError, VoiceLoadError
 from ...options import SynthesisOptions
+from ...runtime.allocator import release_free_memory
 from ...text.frontend import check_text
 from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
@@ -230,25 +232,71 @@ class BarkVoice(Voice):
     family = "bark"
 
     def __init__(self, name: str, runner, config: BarkVoiceConfig, presets: Mapping[str, dict], source_path=None,
-                 max_sequences: int = BarkRuntimeOptions.max_sequences):
+                 max_sequences: int = BarkRuntimeOptions.max_sequences, runtime: BarkRuntimeOptions | None = None):
         self.name = name
         self.max_sequences = max_sequences
         self.runner = runner
         self.config = config
         self._presets = dict(presets)
         self.source_path = source_path
+        self.runtime = runtime  # how `reload` builds the runner again (None: not loaded from a folder)
         self._step_runner = None
+        self._device, self._dtype = runner.device, runner.dtype
         self.sample_rate = int(runner.model.config.codec_config.sampling_rate)
-        self.tokenizer = runner.processor.tokenizer
+        self.max_text_tokens = runner.max_text_tokens
+        self._set_tokenizer(runner)
         if config.default_speaker is not None and config.default_speaker not in self._presets:
             raise UnknownSpeakerError(config.default_speaker, name, self.speakers or 0)
 
+    def _set_tokenizer(self, runner) -> None:
+        # the front end's tokenizer and its lock, kept while the runner is unloaded: the
+        # runner's, so that the front end and the runner's batches never use it at once
+        self.tokenizer, self._tokenizer_lock = runner.processor.tokenizer, runner.tokenizer_lock
+
     def __repr__(self) -> str:
-        return f"BarkVoice({self.name!r}, device={self.runner.device}, sample_rate={self.sample_rate})"
+        return f"BarkVoice({self.name!r}, device={self.device}, sample_rate={self.sample_rate})"
 
     @property
     def device(self):
-        return self.runner.device
+        return self._device
+
+    # ---------------------------------------------------------------- idle unload
+    @property
+    def can_unload(self) -> bool:  # type: ignore[override]
+        return self.source_path is not None and self.runtime is not None
+
+    @property
+    def loaded(self) -> bool:
+        return self.runner is not None
+
+    def unload(self) -> None:
+        """Voice.unload: the runner (BarkModel, the step runner's decoders) goes; the
+        tokenizer and the speaker presets stay."""
+        import torch  # (torch only once a voice loads: the CLI reads this module at start-up)
+
+        if self.runner is None:
+            return
+        if not self.can_unload:
+            raise NotImplementedError(f"voice {self.name!r} was not loaded from a folder: it cannot reload")
+        if self._step_runner is not None:
+            self._step_runner.bind(None)
+        self.runner = None
+        gc.collect()  # the model's modules hold reference cycles
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()
+        release_free_memory()
+
+    def reload(self) -> None:
+        if self.runner is not None:
+            return
+        model, processor = _read_checkpoint(self.source_path, self._dtype, self.runtime)
+        fresh = bark_voice_from_model(model, processor, self.name, device=self._device, dtype=self._dtype,
+                                      runtime=self.runtime, config=self.config, presets=self._presets,
+                                      source_path=self.source_path)
+        self._set_tokenizer(fresh.runner)
+        self.runner = fresh.runner
+        if self._step_runner is not None:  # the engine's worker keeps this instance
+            self._step_runner.bind(self.runner)
 
     @property
     def speakers(self) -> list[str]:
@@ -325,7 +373,7 @@ class BarkVoice(Voice):
         say are skipped). Split at sentence ends, then (split_long) at clauses and words so that
         no piece is estimated over max_sentence_seconds nor over the prompt's token limit."""
         limit = max(1, int(self.config.max_sentence_seconds * CHARS_PER_SECOND))
-        max_tokens = self.runner.max_text_tokens
+        max_tokens = self.max_text_tokens
         for sent in split_sentences(normalize_bark_text(text)):
             for piece in split_long(sent, limit, speech_weight):
                 for p in split_long(piece, max_tokens, self.count_tokens):
@@ -333,7 +381,7 @@ class BarkVoice(Voice):
                         yield p
 
     def count_tokens(self, text: str) -> int:
-        with self.runner.tokenizer_lock:  # see BarkRunner.tokenizer_lock
+        with self._tokenizer_lock:  # see BarkRunner.tokenizer_lock
             return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def cost(self, text: str) -> int:
@@ -377,18 +425,24 @@ def load_bark_voice(
     check_checkpoint(d)
     dev, dt = _device_and_dtype(device, dtype, runtime)
     voice_presets = load_presets(d, presets)
-    BarkModel, BarkProcessor = _transformers_bark()
-    attn = "flash_attention_2" if runtime.attention == "flash_attention_2" else "eager"
-    try:
-        model = BarkModel.from_pretrained(d, dtype=dt, attn_implementation=attn, local_files_only=True)
-        # speaker presets are read above (paths checked, no hub look-ups)
-        processor = BarkProcessor.from_pretrained(d, speaker_embeddings_dict_path=None, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise VoiceLoadError(f"{d}: cannot load the Bark checkpoint: {e}") from e
+    model, processor = _read_checkpoint(d, dt, runtime)
     # named after the directory ("bark:." too; a symlink keeps its own name)
     vname = name if name and Path(name).expanduser() != d else Path(os.path.abspath(d)).name
     return bark_voice_from_model(model, processor, vname, device=dev, dtype=dt, runtime=runtime, config=config,
                                  presets=voice_presets, source_path=d)
+
+
+def _read_checkpoint(d: Path, dt, runtime: BarkRuntimeOptions):
+    """(BarkModel, BarkProcessor) of a checked checkpoint directory, in dtype `dt`."""
+    BarkModel, BarkProcessor = _transformers_bark()
+    attn = "flash_attention_2" if runtime.attention == "flash_attention_2" else "eager"
+    try:
+        model = BarkModel.from_pretrained(d, dtype=dt, attn_implementation=attn, local_files_only=True)
+        # speaker presets are read by load_presets (paths checked, no hub look-ups)
+        processor = BarkProcessor.from_pretrained(d, speaker_embeddings_dict_path=None, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise VoiceLoadError(f"{d}: cannot load the Bark checkpoint: {e}") from e
+    return model, processor
 
 
 def bark_voice_from_model(
@@ -437,7 +491,7 @@ def bark_voice_from_model(
     log.info("loaded Bark voice %s on %s (%s, attention %s%s)", name, dev, dt, runtime.attention,
              ", cpu offload" if runner.offload else "")
     return BarkVoice(name, runner, config, voice_presets, source_path=source_path,
-                     max_sequences=runtime.max_sequences)
+                     max_sequences=runtime.max_sequences, runtime=runtime if source_path is not None else None)
 
 
 def _device_and_dtype(device, dtype, runtime: BarkRuntimeOptions):

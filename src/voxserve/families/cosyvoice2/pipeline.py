@@ -15,6 +15,7 @@ sides, batches only chunks of equal length.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import weakref
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import VoiceLoadError
+from ...runtime.allocator import release_free_memory
 from ...runtime.sync import host_read, upload
 from .config import CosyConfig, load_config
 from .flow import CosyFlow, FlowCache, FlowDims
@@ -84,6 +86,38 @@ class CosyModel:
         self.cached_streaming = fd.encoder_chunk > 0 and fd.est_chunk == fd.encoder_chunk * fd.token_mel_ratio
         self.flow_cache_budget = _cache_budget(self.device)
         self._prefixes: dict[int, tuple[weakref.ref, FlowCache]] = {}  # id(prompt) -> its whole chunks
+        # idle unload: the loaded voices that use it; the three models go when the last one
+        # unloads (the tokenizer stays: the voices' front ends and prompts use it)
+        self._users: weakref.WeakSet = weakref.WeakSet()
+        self._users_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- idle unload
+    @property
+    def loaded(self) -> bool:
+        return self.lm is not None
+
+    def acquire(self, user: object) -> None:
+        """`user` (a loaded voice) runs this model: its weights are read again from the folder
+        (same device and dtype) if no loaded voice held them."""
+        with self._users_lock:
+            if self.lm is None:
+                _, self.lm, self.flow, self.hift = _load_parts(self.folder, str(self.device), self.dtype)
+            self._users.add(user)
+
+    def release(self, user: object) -> None:
+        """`user` unloaded: the language model, flow, HiFT, the prompt encoder and the cached
+        prompt chunks go once no loaded voice uses them (the caller makes sure that nothing
+        runs them meanwhile). Prompts (CosyPrompt) are the voices': they stay."""
+        with self._users_lock:
+            self._users.discard(user)
+            if self._users or self.lm is None:
+                return
+            self.lm = self.flow = self.hift = self._encoder = None
+            self._prefixes = {}
+            gc.collect()  # the modules hold reference cycles
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            release_free_memory()
 
     # ---------------------------------------------------------------- text
     def tokenize(self, text: str) -> list[int]:
@@ -129,9 +163,10 @@ class CosyModel:
 
     def prompt_features(self, wave: np.ndarray, sample_rate: int, text: str):
         """frontend.PromptFeatures of a prompt recording and its transcript (the folder's ONNX models)."""
-        if self._encoder is None:
-            self._encoder = prompt_encoder(self.folder)
-        return replace(self._encoder.encode(wave, sample_rate), prompt_text=text)
+        enc = self._encoder  # (read once: an unload may drop it meanwhile)
+        if enc is None:
+            enc = self._encoder = prompt_encoder(self.folder)
+        return replace(enc.encode(wave, sample_rate), prompt_text=text)
 
     # ---------------------------------------------------------------- the language model
     def prompt(self, item: CosyItem) -> torch.Tensor:
@@ -310,6 +345,11 @@ def _load_part(module, sd: dict, path: Path, ignore: tuple[str, ...] = ()) -> No
 
 def load_model(folder: Path, device: str = "cpu", dtype: str | None = None) -> CosyModel:
     """Build the three models from the folder's config and weights (no download, no pickle)."""
+    config, lm, flow, hift = _load_parts(folder, device, dtype)
+    return CosyModel(config, lm, flow, hift, _tokenizer(folder / "CosyVoice-BlankEN"), device, dtype, folder)
+
+
+def _load_parts(folder: Path, device: str, dtype: str | None) -> tuple[CosyConfig, CosyLM, CosyFlow, HiFT]:
     import transformers
 
     if dtype not in (None, "fp32"):
@@ -347,4 +387,4 @@ def load_model(folder: Path, device: str = "cpu", dtype: str | None = None) -> C
     _load_part(hift, hsd, folder / "hift.pt")
     for m in (lm, flow, hift):
         m.to(device).eval().requires_grad_(False)
-    return CosyModel(config, lm, flow, hift, _tokenizer(blank), device, dtype, folder)
+    return config, lm, flow, hift

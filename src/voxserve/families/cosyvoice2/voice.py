@@ -116,11 +116,33 @@ class CosyVoice2Voice(Voice):
         self._prompts = dict(prompts)
         self.default_speaker = default
         self._runner = runner
+        self._loaded = True
+        model.acquire(self)  # (loads the shared model again if every voice using it was unloaded)
 
     @property
     def device(self):
         """The model's device: the engine's worker of that device runs this voice."""
         return self.model.device
+
+    # ---------------------------------------------------------------- idle unload
+    can_unload = True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def unload(self) -> None:
+        """Voice.unload: this voice lets the shared model go (CosyModel.release: its weights
+        are freed once no loaded voice of the folder uses them); its speakers' prompts, cloned
+        ones included, and the tokenizer stay."""
+        if self._loaded:
+            self._loaded = False
+            self.model.release(self)
+
+    def reload(self) -> None:
+        if not self._loaded:
+            self.model.acquire(self)
+            self._loaded = True
 
     # ---------------------------------------------------------------- speakers
     @property

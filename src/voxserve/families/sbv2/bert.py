@@ -17,6 +17,7 @@ hidden states are the base model's; the masked-LM head is never needed).
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from collections.abc import Sequence
@@ -104,9 +105,19 @@ class SbvBert(SharedComponent):
         self.output_dtype = output_dtype
         self.max_batch = int(max_batch)
         self.key = bert_key(language, self.folder, self.device)
+        self.trim_layers = trim_layers
         self.tokenizer, model = _load(self.folder, language)
         self.tokenizer.padding_side = "right"  # run() takes each row's first n positions
         self._tokenizer_lock = threading.Lock()  # library callers may share it across threads
+        # idle unload: the loaded voices that use it; its weights go when the last one unloads
+        # (the tokenizer stays: the voices' front ends split words with it)
+        self._users: weakref.WeakSet = weakref.WeakSet()
+        self._users_lock = threading.Lock()
+        self.model = self._prepare(model)
+
+    def _prepare(self, model) -> torch.nn.Module:
+        """The loaded masked-LM or base model -> the base model to run, trimmed, on the device."""
+        language = self.language
         hidden = model.config.hidden_size
         if hidden != BERT_DIM:
             raise VoiceLoadError(f"SBV2 {language} BERT {self.folder}: hidden_size {hidden}, the "
@@ -120,12 +131,38 @@ class SbvBert(SharedComponent):
         # last two layers never need to run, nor be kept, and no other layer's states are stored.
         layers = getattr(getattr(base, "encoder", None), "layer", None)
         keep = len(layers) + 1 + HIDDEN_LAYER if isinstance(layers, torch.nn.ModuleList) else 0
-        self.trimmed = bool(trim_layers and keep >= 1)
+        self.trimmed = bool(self.trim_layers and keep >= 1)
         if self.trimmed:
             base.encoder.layer = layers[:keep]
             base.config.num_hidden_layers = keep
-        self.model = base.eval().to(device=self.device, dtype=dtype)
-        self.model.requires_grad_(False)
+        base = base.eval().to(device=self.device, dtype=self.dtype)
+        base.requires_grad_(False)
+        return base
+
+    # ------------------------------------------------------------------ idle unload
+    @property
+    def loaded(self) -> bool:
+        return self.model is not None
+
+    def acquire(self, user: object) -> None:
+        """`user` (a loaded voice) runs this BERT: its weights are loaded again if no loaded
+        voice held them."""
+        with self._users_lock:
+            if self.model is None:
+                self.model = self._prepare(_load(self.folder, self.language)[1])
+            self._users.add(user)
+
+    def release(self, user: object) -> None:
+        """`user` unloaded: the weights go once no loaded voice uses them (the caller makes
+        sure that no input of theirs is queued for it)."""
+        with self._users_lock:
+            self._users.discard(user)
+            if self._users or self.model is None:
+                return
+            self.model = None
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
     def tokenize(self, texts: Sequence[str]) -> tuple[dict[str, list[list[int]]], list[int]]:
         """Each text's token ids (CLS/SEP included), unpadded, and their counts (host only)."""

@@ -10,6 +10,7 @@ included, and runs the synthesizer once.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ from ...errors import (
 )
 from ...models.vits_precision import PrecisionPolicy, apply_precision
 from ...options import SynthesisOptions
+from ...runtime.allocator import release_free_memory
 from ...runtime.device import resolve_dtype
 from ...text.frontend import check_text
 from ...text.split import split_long, split_sentences
@@ -136,15 +138,21 @@ class Sbv2Voice(Voice):
     family = "sbv2"
     word_timestamps = True
 
+    can_unload = True
+
     def __init__(self, name: str, ckpt: Sbv2Checkpoint, berts: Mapping[str, SbvBert],
                  device: torch.device, dtype: torch.dtype = torch.float32):
         self.name = name
         self.checkpoint = ckpt
-        self.model = apply_precision(ckpt.model.to(device), PrecisionPolicy(dtype, SYNTH_FP32[dtype]))
+        self.dims = ckpt.dims  # what the front end needs of the model, kept while it is unloaded
         self.device = device
+        self.dtype = dtype
+        self.model: torch.nn.Module | None = self._place(ckpt.model)
         self.sample_rate = ckpt.sample_rate
         self.jp_extra = ckpt.jp_extra
         self.berts = dict(berts)
+        for b in self.berts.values():
+            b.acquire(self)
         self._tokenizers = {lang: _Words(b) for lang, b in self.berts.items()}
         self._spk = sorted(ckpt.spk2id.items(), key=lambda kv: kv[1])
         self._styles = sorted(ckpt.style2id.items(), key=lambda kv: kv[1])
@@ -153,6 +161,36 @@ class Sbv2Voice(Voice):
     def __repr__(self) -> str:
         kind = "JP-Extra" if self.jp_extra else "multilingual"
         return f"Sbv2Voice({self.name!r}, {kind}, device={self.device}, languages={self.languages})"
+
+    def _place(self, model: torch.nn.Module) -> torch.nn.Module:
+        return apply_precision(model.to(self.device), PrecisionPolicy(self.dtype, SYNTH_FP32[self.dtype]))
+
+    # ------------------------------------------------------------------ idle unload
+    @property
+    def loaded(self) -> bool:
+        return self.model is not None
+
+    def unload(self) -> None:
+        """Voice.unload: its synthesizer goes, and each shared BERT that no other loaded SBV2
+        voice uses (SbvBert.release); the front end (tokenizers, style vectors) stays."""
+        if self.model is None:
+            return
+        self.model = None
+        self.checkpoint = replace(self.checkpoint, model=None)
+        for b in self.berts.values():
+            b.release(self)
+        gc.collect()  # the model's modules hold reference cycles
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        release_free_memory()
+
+    def reload(self) -> None:
+        if self.model is not None:
+            return
+        for b in self.berts.values():
+            b.acquire(self)
+        ckpt = load_sbv2_checkpoint(self.checkpoint.folder, self.checkpoint.weights_path)
+        self.checkpoint, self.model = ckpt, self._place(ckpt.model)
 
     # ------------------------------------------------------------------ what it offers
     @property
@@ -175,7 +213,7 @@ class Sbv2Voice(Voice):
         return {b.key: b for b in self.berts.values()}
 
     def speaker_id(self, speaker: int | str | None) -> int:
-        n = self.model.dims.n_speakers
+        n = self.dims.n_speakers
         if speaker is None:
             return self._spk[0][1] if self._spk else 0
         if isinstance(speaker, str):
@@ -230,7 +268,7 @@ class Sbv2Voice(Voice):
         noise = DEFAULT_NOISE if opts.noise_scale is None else opts.noise_scale
         noise_w = DEFAULT_NOISE_W if opts.noise_w is None else opts.noise_w
         sdp = DEFAULT_SDP_RATIO if opts.sdp_ratio is None else opts.sdp_ratio
-        max_frames = min(self.limits.max_sentence_samples(self.sample_rate) // self.model.dims.hop_length,
+        max_frames = min(self.limits.max_sentence_samples(self.sample_rate) // self.dims.hop_length,
                          MAX_SENTENCE_FRAMES)
         bert = self.berts[lang]
         sentences = split_text(text, lang)
@@ -276,7 +314,7 @@ class Sbv2Voice(Voice):
         """Whole sentences (SBV2 is not cut); a sentence over the sentence limit fails alone
         (`Piece.failed`: its AudioTooLongError), its batch mates are not affected."""
         items = [u.payload for u in units]
-        frame_s = self.model.dims.hop_length / self.sample_rate
+        frame_s = self.dims.hop_length / self.sample_rate
         return [Piece.failed(a) if isinstance(a, BaseException) else Piece(a, None, _word_times(it.words, d, frame_s))
                 for it, (a, d) in zip(items, self._synthesize_timed(items))]
 
@@ -360,7 +398,7 @@ class Sbv2Voice(Voice):
 
     def _over_limit(self, frames: int) -> AudioTooLongError:
         """The error of a sentence predicted at `frames`: the seconds limit's, else the frame cap's."""
-        frame_s = self.model.dims.hop_length / self.sample_rate
+        frame_s = self.dims.hop_length / self.sample_rate
         if frames * frame_s > self.limits.max_sentence_audio_seconds:
             return self.limits.sentence_error(frames * frame_s)
         return AudioTooLongError("a sentence", frames * frame_s, MAX_SENTENCE_FRAMES * frame_s,
