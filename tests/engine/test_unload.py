@@ -157,6 +157,18 @@ def test_the_next_request_of_an_unloaded_voice_waits_for_the_load_and_succeeds()
         assert eng.loads.reloads == 1 and eng.loads.unloads == 1
 
 
+def test_an_engine_key_that_is_not_the_voices_name_unloads_and_reloads():
+    v = FakeVoice(name="its-own-name")
+    with Engine({"served-as": v}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))) as eng:
+        u = IdleUnloader(eng, after_s=5, clock=lambda: 0.0)
+        assert u.check(4.0) == []
+        assert u.check(5.0) == ["served-as"] and not v.loaded  # (was KeyError: locks by voice name)
+        s = Sink()
+        eng.submit("served-as", "hello", None, s)
+        assert s.done.wait(10) and s.error is None, s.error
+        assert v.loaded and v.reloads == 1
+
+
 def test_the_engine_reports_each_voice_in_flight_until_its_request_ends():
     v = FakeVoice()
     gate = threading.Event()

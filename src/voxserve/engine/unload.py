@@ -35,18 +35,18 @@ class VoiceLoads:
     `--unload-after`, or a family that cannot unload) are never touched."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[int, threading.Lock] = {}  # by id(voice): an engine's key need not be its name
         self.reloads = 0
         self.unloads = 0
 
-    def watch(self, name: str) -> None:
-        """Make voice `name` one that may be unloaded (before any request can see it unloaded)."""
-        self._locks.setdefault(name, threading.Lock())
+    def watch(self, voice: Any) -> None:
+        """Make `voice` one that may be unloaded (before any request can see it unloaded)."""
+        self._locks.setdefault(id(voice), threading.Lock())
 
     def ensure(self, voice: Any) -> None:
         """Load `voice` again if it was unloaded (on the caller's thread: the request waits).
         Always under the lock: an unload under way still reads as loaded until it ends."""
-        lock = self._locks.get(voice.name)
+        lock = self._locks.get(id(voice))
         if lock is None:
             return
         with lock:
@@ -58,7 +58,7 @@ class VoiceLoads:
 
     def unload(self, voice: Any, still_idle: Callable[[], bool]) -> bool:
         """Unload `voice` if it is loaded and `still_idle()` (checked under its lock). True if it was."""
-        with self._locks[voice.name]:
+        with self._locks[id(voice)]:
             if not voice.loaded or not still_idle():
                 return False
             voice.unload()
@@ -80,8 +80,8 @@ class IdleUnloader:
         self.engine, self.after_s, self.clock = engine, float(after_s), clock
         self.period_s = period_s if period_s is not None else min(30.0, max(0.5, after_s / 10))
         self.voices = {n: v for n, v in engine.voices.items() if v.can_unload}
-        for n in self.voices:
-            engine.loads.watch(n)
+        for v in self.voices.values():
+            engine.loads.watch(v)
         now = clock()
         self.last_used = {n: now for n in self.voices}
         self._seen: dict[str, int] = {}
