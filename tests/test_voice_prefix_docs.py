@@ -37,7 +37,7 @@ def _help(path: tuple[str, ...], flag: str) -> str:
 def _voice_texts() -> dict[str, str]:
     texts = {f"{' '.join(cmd)} --voice": _help(cmd, "--voice") for cmd in (("say",), ("serve",), ("wyoming",))}
     config = (DOCS / "configuration.md").read_text(encoding="utf-8")
-    rows = [line for line in config.splitlines() if line.startswith(("| `--voice", "| `name_or_path`"))]
+    rows = [line for line in config.splitlines() if line.startswith(("| `--voice`", "| `--voice [", "| `name_or_path`"))]
     assert len(rows) >= 3, rows  # serve's --voice, say's --voice, load_voice's name_or_path
     texts.update({f"configuration.md row {i} ({row.split('|')[1].strip()})": row for i, row in enumerate(rows)})
     serving = (DOCS / "serving.md").read_text(encoding="utf-8")

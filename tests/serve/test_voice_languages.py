@@ -52,7 +52,7 @@ def listings(name: str, voice, capsys) -> dict[str, list[str]]:
     assert main(["voices", "--json"]) == 0
     out["voxserve voices --json"] = {i["name"]: i for i in json.loads(capsys.readouterr().out)}[name]["languages"]
     assert main(["voices"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(name + " "))
+    row = next(line for line in capsys.readouterr().out.splitlines() if line[2:].startswith(name + " "))  # "* " marks the default
     out["voxserve voices"] = row.split()[1].split(",")
     eng = Engine({name: voice}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0)))
     with TestClient(create_app(eng, AppConfig(warmup=False, shutdown_timeout_s=10))) as c:
