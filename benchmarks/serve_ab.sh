@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Two checkouts of voxserve side by side under the same load (8 clients, short and medium texts),
+# with the second also under `--executor serial`: rounds interleaved, round 1 a warm-up. Loopback
+# only. Usage: bash benchmarks/serve_ab.sh BEFORE_SRC AFTER_SRC [OUTDIR] [ROUNDS]
+# (BEFORE_SRC/AFTER_SRC: the `src` folders of two worktrees, e.g. made with `git worktree add`).
+set -u
+BEFORE=$1; AFTER=$2; OUT=${3:-bench-out/serve_ab}; ROUNDS=${4:-4}; mkdir -p "$OUT"
+PY=${PY:-.venv/bin/python}
+ARMS=(before after serial); SRCS=("$BEFORE" "$AFTER" "$AFTER"); FLAGS=("" "" "--executor serial")
+PIDS=()
+for k in 0 1 2; do
+  # shellcheck disable=SC2086  # flags are words
+  PYTHONPATH=${SRCS[$k]} $PY -m voxserve serve --port $((18901 + k)) --device cpu ${FLAGS[$k]} > "$OUT/${ARMS[$k]}.log" 2>&1 &
+  PIDS+=($!)
+done
+trap 'kill "${PIDS[@]}" 2>/dev/null' EXIT
+up() { $PY -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; }
+for _ in $(seq 1 240); do ok=1; for k in 0 1 2; do up "http://127.0.0.1:$((18901 + k))/ready" || ok=0; done; [ $ok = 1 ] && break; sleep 1; done
+for r in $(seq 1 "$ROUNDS"); do
+  for k in 0 1 2; do
+    PYTHONPATH=$AFTER timeout 600 $PY -m voxserve loadtest --url "http://127.0.0.1:$((18901 + k))" -c 8 -n 80 \
+      --categories short,medium --warmup 4 --json "$OUT/r${r}_${ARMS[$k]}.json" > /dev/null 2>&1 || echo "FAILED r$r ${ARMS[$k]}"
+  done
+done
+for k in 0 1 2; do echo "${ARMS[$k]} RSS at the end: $(awk '/VmRSS/{print int($2/1024)}' /proc/${PIDS[$k]}/status) MB"; done
+$PY - "$OUT" <<'PY'
+import glob, json, statistics as st, sys
+rows = {}
+for f in sorted(glob.glob(f"{sys.argv[1]}/r*_*.json")):
+    name = f.rsplit("/", 1)[1][:-5]
+    r, arm = name.split("_", 1)
+    d = json.load(open(f))
+    a, s = d["all"], d["by_category"]["short"]
+    print(f"{name:16} ok {a['ok']:2} audio s/s {a['audio_s_per_s']:6.2f}  short p95 {s['latency_p95_s']:5.2f} s")
+    if r != "r1":  # round 1 warms the servers' admission estimates up
+        rows.setdefault(arm, []).append((a["audio_s_per_s"], s["latency_p95_s"]))
+for arm, v in rows.items():
+    print(f"{arm:8} median of rounds 2-: audio s/s {st.median(x[0] for x in v):.2f}, short p95 {st.median(x[1] for x in v):.2f} s")
+PY
