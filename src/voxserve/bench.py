@@ -137,6 +137,8 @@ class _Piper(_Engine):
             yield len(c.audio_float_array) / c.sample_rate
 
 
+REFERENCE_RAN = "measured"  # the JSON's "piper" when Piper ran beside the voice (else why not)
+
 def _piper_for(name: str) -> tuple[_Engine | None, str | None]:
     """Piper on the voice's own files, or why not."""
     src = resolve_voice(name)
@@ -225,7 +227,7 @@ def run_bench(settings: BenchSettings, load_options: dict | None = None,
             piper, why = _piper_for(name)
             if piper is not None:
                 engines.append(piper)
-            entry["piper"] = why or "measured"
+            entry["piper"] = why or REFERENCE_RAN
         entry["engines"] = _measure(engines, settings, log)
         result["voices"].append(entry)
         del voice, engines
@@ -258,7 +260,7 @@ def render(result: dict) -> str:
                          f"{s['batch']} at once {vox[batch]['audio_per_s'] / ref[batch]['audio_per_s']:.2f}x the audio "
                          f"per second, first audio {ref['first_audio']['seconds'] / vox['first_audio']['seconds']:.2f}x "
                          f"as soon")
-        elif v.get("piper") and v["piper"] != "measured":
+        elif v.get("piper") and v["piper"] != REFERENCE_RAN:
             notes.append(f"{v['voice']}: no Piper reference: {v['piper']}")
     return "\n".join(lines + [""] + notes) + "\n"
 

@@ -3,7 +3,7 @@
 `PiperRuntimeOptions` holds what a user sets (the family's `options_type`: `load_voice(runtime=)`,
 the flags of `voxserve say` / `serve`). `Transforms` holds the speed features' switches: each
 is a transform applied after the model is built and checked numerically against the plain
-path (tests), and measured against it (benchmarks/); their defaults are settled
+path (tests) and compared with it in benchmarks/; their defaults are settled
 (docs/benchmarks.md, "Figures behind the code's defaults"), so they are no user setting.
 """
 
