@@ -200,3 +200,16 @@ def test_the_public_api_holds_no_familys_class_as_generic():
     switches = {"cpu_channels_last", "cpu_gemm_convs", "fold_average", "decode_layout", "cpu_decode_tiles",
                 "shape_buckets", "graph_grid", "first_audio_frames", "first_audio_split_frames", "attention"}
     assert not switches & {f.name for f in dataclasses.fields(piper)}  # developers' switches: Transforms
+
+
+def test_the_built_in_families_keep_their_order_whichever_is_imported_first():
+    """Listings and docs/configuration.md follow families(); a test that imported a family
+    module first once reordered them (CI failed on a stale doc)."""
+    import subprocess
+    import sys
+
+    code = ("import voxserve.families.cosyvoice2, voxserve.families.bark\n"
+            "from voxserve.families import BUILTIN, families\n"
+            "print(list(families())[:len(BUILTIN)] == list(BUILTIN))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]

@@ -186,10 +186,13 @@ def _load_builtin() -> None:
 
 
 def families() -> dict[str, Family]:
-    """Every registered family, by name (built-in ones first, in registration order)."""
+    """Every registered family, by name: the built-in ones in BUILTIN's order (whichever was
+    imported first), then the others in registration order."""
     _load_builtin()
     with _lock:
-        return dict(_families)
+        order = {name: i for i, name in enumerate(BUILTIN)}
+        names = sorted(_families, key=lambda n: order.get(n, len(order)))  # stable: others keep their order
+        return {n: _families[n] for n in names}
 
 
 def load_options() -> dict[str, LoadOption]:
