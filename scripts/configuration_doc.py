@@ -1,5 +1,5 @@
 """docs/configuration.md's tables, generated from the settings tree (voxserve.serve.config) and
-the families' options types, so that the doc cannot drift from them.
+the families' options types (runtime and synthesis), so that the doc cannot drift from them.
 
     .venv/bin/python scripts/configuration_doc.py          # rewrite the generated blocks
     .venv/bin/python scripts/configuration_doc.py --check  # exit 1 if the doc is stale
@@ -20,6 +20,7 @@ from voxserve.engine import EngineConfig
 from voxserve.engine.scheduler import SchedulerConfig
 from voxserve.families import families
 from voxserve.limits import Limits
+from voxserve.options import SynthesisOptions, option_rules
 from voxserve.serve.config import DEPRECATED, settings
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -113,6 +114,30 @@ WHEN = {
                  "come (first audio after about a second of speech).",
 }
 
+SYNTHESIS = {
+    # (class, option): (default, when to change)
+    ("SynthesisOptions", "speaker"): ("the voice's default speaker", "Multi-speaker voices: one of its `speakers` (Bark: a preset; CosyVoice 2: a saved voice or prompt)."),
+    ("SynthesisOptions", "speed"): ("1 (the voice's rate)", "Faster or slower speech. Bark voices take only 1 (another value is a 400)."),
+    ("SynthesisOptions", "sentence_silence"): ("0", "A pause after each sentence in joined output."),
+    ("SynthesisOptions", "seed"): ("random", "Reproducible audio (alone or in any batch)."),
+    ("PiperOptions", "noise_scale"): ("the voice's config (usually 0.667)", "Less or more variation in the voice; 0 with `noise_w` 0 is deterministic."),
+    ("PiperOptions", "noise_w"): ("the voice's config (usually 0.8)", "Less or more variation in phoneme durations (they go through an exponential: at 2 a sentence can come out several times its length)."),
+    ("PiperOptions", "normalize"): ("true", "False reads the text as written (no numbers, dates, units, abbreviations or URLs turned into words; English voices)."),
+    ("PiperOptions", "input_format"): ("auto: `ssml` if the input starts with `<speak`", "`ssml` to refuse (400) input that is not an SSML `<speak>` document, `text` to read a text that starts with `<speak` as written (another value is a 400). SSML: README, \"SSML\"."),
+    ("Sbv2Options", "noise_scale"): ("0.6", "As for Piper; 0 with `noise_w` 0 and `sdp_ratio` 0 is deterministic."),
+    ("Sbv2Options", "noise_w"): ("0.8", "As for Piper."),
+    ("Sbv2Options", "style"): ("\"Neutral\" if the voice has it, else style 0", "One of the voice's `styles`."),
+    ("Sbv2Options", "style_weight"): ("1", "How strongly the style is applied (0 = the voice's mean style)."),
+    ("Sbv2Options", "sdp_ratio"): ("0.2", "Share of the stochastic duration predictor."),
+    ("Sbv2Options", "language"): ("the voice's", "Multilingual voices: `JP` or `EN` (`ja`, `en` accepted); another is a 400."),
+    ("BarkOptions", "temperature"): ("the voice's (0.7)", "Sampling of the semantic and coarse stages; 0 is greedy (deterministic)."),
+    ("CosyOptions", "normalize"): ("true", "False sends English text to the model as written (numbers and the like not read out)."),
+    ("CosyOptions", "instructions"): ("none", "A spoken-style prompt (\"Speak slowly and calmly.\"): the language model reads it in place of the speaker's transcript and prompt speech tokens (upstream's instruct mode); the flow keeps the speaker's voice. The OpenAI route's `instructions`."),
+    ("CosyOptions", "cross_lingual"): ("false", "The language model reads the text alone (no prompt transcript or speech tokens: upstream's cross-lingual mode), for text in another language than the speaker's prompt. Not with `instructions`."),
+}
+"""The synthesis options' defaults and "When to change" texts, per class (a knob two families
+share has a row in each: their defaults differ)."""
+
 ENGINE_ONLY = {
     "frontend_lookahead": "How far a request's text front end runs ahead of its synthesis (sentences).",
     "frontend_threads": "Text front-end threads (espeak-ng runs one call at a time).",
@@ -160,6 +185,37 @@ def _runtime_tables() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+_BIG = {(1 << 63) - 1: "2^63-1", (1 << 31) - 1: "2^31-1"}
+
+
+def _range(rule) -> str:
+    lo, hi = rule.range
+    if rule.kind == "boolean":
+        return "true or false"
+    if rule.kind == "name":
+        return f"a text of 1..{rule.max_len} characters"
+    if rule.kind == "id_or_name":
+        return f"id {lo:g}..{_BIG.get(hi, f'{hi:g}')}, or a name of 1..{rule.max_len} characters"
+    unit = f" {rule.unit}" if rule.unit else ""
+    return f"{lo:g}..{_BIG.get(hi, f'{hi:g}')}{unit}"
+
+
+def _synthesis_tables() -> str:
+    common = option_rules(SynthesisOptions)
+    out = []
+    for title, cls, names in [("every voice", SynthesisOptions, list(common))] + [
+            (f"{fam.name} voices", fam.synthesis_options, [n for n in option_rules(fam.synthesis_options) if n not in common])
+            for fam in families().values()]:
+        out += [f"### `{cls.__name__}`: {title} (`src/{cls.__module__.replace('.', '/')}.py`)", "",
+                "| Option | Range | Default | When to change |", "| :--- | :--- | :--- | :--- |"]
+        rules = option_rules(cls)
+        for name in names:
+            default, when = SYNTHESIS[cls.__name__, name]
+            out.append(f"| `{name}` | {_range(rules[name])} | {default} | {when} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
 def _engine_tables() -> str:
     flags = {s.name for s in settings()}
     out = []
@@ -185,7 +241,7 @@ def _deprecated_table() -> str:
     return "\n".join(out) + "\n"
 
 
-BLOCKS = {"serve-settings": _settings_tables, "runtime-options": _runtime_tables,
+BLOCKS = {"serve-settings": _settings_tables, "runtime-options": _runtime_tables, "synthesis-options": _synthesis_tables,
           "engine-configs": _engine_tables, "deprecated": _deprecated_table}
 _BLOCK = re.compile(r"(<!-- generated: ([a-z-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 

@@ -17,6 +17,7 @@ from voxserve import (
     UnknownVoiceError,
     UnpronounceableTextError,
 )
+from voxserve.families.piper import PiperOptions
 
 
 def test_synthesize_returns_typed_audio(joe_voice):
@@ -66,8 +67,8 @@ def test_seed_reproducible_and_noise_varies(joe_voice):
 @pytest.mark.parametrize("opts,option", [
     (SynthesisOptions(speed=0), "speed"),
     (SynthesisOptions(speed=-1.0), "speed"),
-    (SynthesisOptions(noise_scale=-0.1), "noise_scale"),
-    (SynthesisOptions(noise_w=float("nan")), "noise_w"),
+    (PiperOptions(noise_scale=-0.1), "noise_scale"),
+    (PiperOptions(noise_w=float("nan")), "noise_w"),
     (SynthesisOptions(sentence_silence=-1), "sentence_silence"),
 ])
 def test_invalid_options_name_the_option(joe_voice, opts, option):

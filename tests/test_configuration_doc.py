@@ -14,7 +14,7 @@ import pytest
 from voxserve.cli import build_parser
 from voxserve.engine import EngineConfig
 from voxserve.engine.scheduler import SchedulerConfig
-from voxserve.families import families
+from voxserve.families import families, synthesis_rules
 from voxserve.limits import Limits
 from voxserve.options import SynthesisOptions
 from voxserve.serve.config import AppConfig, settings
@@ -52,16 +52,26 @@ def test_every_setting_has_its_flag_and_variable(setting):
 
 @pytest.mark.parametrize("command", ["serve", "say", "wyoming"])
 def test_every_flag_is_documented(command):
-    options = {f.name for f in fields(SynthesisOptions)}  # their flags: the options' table
+    options = set(synthesis_rules())  # their flags: the synthesis options' tables
     for action in _subcommand(command)._actions:
         if action.option_strings and action.dest not in ("help", *options) and action.help != argparse.SUPPRESS:
             assert any(f"`{o}" in DOC for o in action.option_strings), action.option_strings
 
 
 @pytest.mark.parametrize("cls", [Limits, SynthesisOptions, EngineConfig, SchedulerConfig, AppConfig,
-                                 *(f.options_type for f in families().values())], ids=lambda c: c.__name__)
+                                 *(f.options_type for f in families().values()),
+                                 *(f.synthesis_options for f in families().values())], ids=lambda c: c.__name__)
 def test_every_field_is_documented(cls):
     for f in fields(cls):
         if cls is AppConfig and f.name == "warmup":  # --no-warmup
             continue
         assert f"`{f.name}`" in DOC or f"`--{f.name.replace('_', '-')}`" in DOC, f"{cls.__name__}.{f.name}"
+
+
+@pytest.mark.parametrize("fam", families().values(), ids=lambda f: f.name)
+def test_every_synthesis_option_has_its_row_in_its_familys_table(fam):
+    """The generated tables: the common options once, then each family's own under its class."""
+    cls = fam.synthesis_options
+    section = DOC.split(f"### `{cls.__name__}`: {fam.name} voices", 1)[1].split("<!-- end generated", 1)[0].split("###", 1)[0]
+    own = [f.name for f in fields(cls) if f.name not in {g.name for g in fields(SynthesisOptions)}]
+    assert [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")] == own

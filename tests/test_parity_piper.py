@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import voxserve
+from voxserve.families.piper import PiperOptions
 from voxserve.text import phonemize_sentences, split_sentences
 
 
@@ -77,6 +78,6 @@ def test_tiny_multispeaker_matches_onnxruntime(tiny_voice_path):
             "scales": np.array([0.0, 1.0, 0.0], dtype=np.float32),
             "sid": np.array([sid], dtype=np.int64),
         })[0].reshape(-1)
-        ours = voice.synthesize_ids([ids], voxserve.SynthesisOptions(speaker=spk, noise_scale=0, noise_w=0))[0]
+        ours = voice.synthesize_ids([ids], PiperOptions(speaker=spk, noise_scale=0, noise_w=0))[0]
         assert len(ours) == len(ref)
         assert np.abs(ours - ref).max() <= 1e-3

@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 from . import bench, loadtest
+from .families import family_for_source
 from .flags import load_option_args, load_options_from, options_args, options_from, runtime_args, runtime_from
 from .limits import Limits
 from .serve import cli as serve_cli
+from .voices.registry import resolve_voice
 
 EXIT_USAGE = 2  # bad input (argparse uses 2 as well)
 EXIT_ERROR = 1
@@ -80,7 +82,8 @@ def cmd_say(ns: argparse.Namespace) -> int:
     from .outfile import open_output
 
     text = _read_text(ns)
-    options = options_from(ns).validate()
+    # the voice's family's options, checked before the voice loads (another family's flag fails)
+    options = options_from(ns, family_for_source(resolve_voice(ns.voice)).synthesis_options)
     ns.output = _say_output(ns)
     _checked_output(ns.output)
     if ns.captions is not None:

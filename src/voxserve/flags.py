@@ -1,23 +1,27 @@
-"""Command-line flags made from the option dataclasses (a flag per `SynthesisOptions` field, its
-help and range from the field's rule) and from the families' load options (`--bert-dir`):
+"""Command-line flags made from the option dataclasses (a flag per synthesis option of every
+registered family, its help and range from the field's rule) and from the families' load options (`--bert-dir`):
 shared by the parsers of `say`, `serve`, `wyoming` and `bench`, and read back from argparse.
 Light on purpose: `voxserve --help` builds every parser."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
-from .families import load_options
-from .options import SynthesisOptions, option_rules
+from .families import load_options, synthesis_families, synthesis_rules
+from .options import OptionRule, SynthesisOptions, check_values, option_rules
 from .serve.config import DEPRECATED, Setting, settings
 
 
-def options_args(p: argparse.ArgumentParser, options_type: type = SynthesisOptions) -> None:
-    """A flag for every option of `options_type` (default None = the voice's default), its type,
-    help and range from the option's rule, which `validate()` applies."""
-    for name, rule in option_rules(options_type).items():
+def options_args(p: argparse.ArgumentParser, rules: Mapping[str, OptionRule] | None = None) -> None:
+    """A flag for every synthesis option of every registered family (default None = the voice's
+    default; `rules`: others, for tests), its type, help and range from the option's rule; the
+    help names the families that take one not every voice takes."""
+    takers = synthesis_families() if rules is None else {}
+    for name, rule in (synthesis_rules() if rules is None else rules).items():
+        who = f" [{', '.join(takers[name])} voices]" if name in takers else ""
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=_named(rule.parse, rule.kind.replace("_", " ")),
-                       default=None, help=rule.help_text, metavar=name.upper())
+                       default=None, help=rule.help_text + who, metavar=name.upper())
 
 
 def _named(parse, name: str):
@@ -41,8 +45,25 @@ def load_options_from(ns: argparse.Namespace) -> dict:
     return {k: getattr(ns, k) for k in load_options() if getattr(ns, k, None) is not None}
 
 
-def options_from(ns: argparse.Namespace, options_type: type = SynthesisOptions):
-    return options_type(**{name: getattr(ns, name) for name in option_rules(options_type)})
+def option_values(ns: argparse.Namespace, rules: Mapping[str, OptionRule] | None = None) -> dict[str, object]:
+    """The synthesis options given on the command line, by name, each checked against its rule
+    (InvalidOptionError names a bad one): for a server, whose voices take each its own."""
+    rules = synthesis_rules() if rules is None else rules
+    return check_values({name: getattr(ns, name) for name in rules}, rules)
+
+
+def options_from(ns: argparse.Namespace, options_type: type[SynthesisOptions], rules: Mapping[str, OptionRule] | None = None):
+    """The options given on the command line as `options_type` (the voice's class), validated;
+    a flag of another family's option is a ValueError naming the families that take it."""
+    values = option_values(ns, rules)
+    mine = option_rules(options_type)
+    foreign = [k for k in values if k not in mine]
+    if foreign:
+        takers = synthesis_families()
+        name = foreign[0]
+        who = f" ({', '.join(takers[name])} voices take it)" if name in takers else ""
+        raise ValueError(f"--{name.replace('_', '-')} is not an option of this voice{who}")
+    return options_type(**values).validate()
 
 
 def _shown(s: Setting) -> str:

@@ -1,9 +1,13 @@
 """Per-request synthesis options. None means "the voice's default".
 
-Every option has one rule (an `OptionRule` in its field's metadata), checked once by
-`validate()`. The CLI flags (voxserve.cli) and the HTTP request schema (voxserve.serve.schemas)
-are built from the same rules, so a field added here (or in a subclass) is a flag and an HTTP
-field with its type, help and range, and nothing else needs an edit.
+`SynthesisOptions` holds what every voice honours; each family declares its own knobs in a
+subclass in its folder (PiperOptions, Sbv2Options, BarkOptions, CosyOptions) and registers it
+(`Family.synthesis_options`). Every option has one rule (an `OptionRule` in its field's
+metadata), checked by `validate()`; a name that several families share has one rule
+(register_family checks it). The CLI flags (voxserve.flags) and the HTTP request schema
+(voxserve.serve.schemas) are built from the registered classes' rules
+(`voxserve.families.synthesis_rules`), so a field added to a family's class is a flag and an
+HTTP field with its type, help and range, and nothing else needs an edit.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ from .errors import InvalidOptionError
 MAX_SEED = (1 << 63) - 1
 MAX_SPEAKER_ID = (1 << 31) - 1
 MAX_SPEAKER_NAME = 200
-MAX_STYLE_ID = 1023
-MAX_INSTRUCTIONS_CHARS = 4096  # OpenAI's bound on `instructions`
 
 KINDS = ("number", "integer", "id_or_name", "name", "boolean")
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -118,45 +120,37 @@ def boolean_field(help: str):
     return field(default=None, metadata={"rule": OptionRule("boolean", (0, 0), help)})
 
 
+def option(rule: OptionRule):
+    """A field (default None) that takes `rule`: for a knob several families share, whose rule
+    is declared once (below) so that theirs agree."""
+    return field(default=None, metadata={"rule": rule})
+
+
+# Knobs that several families have: one rule each, which each of those families' classes uses
+# (register_family refuses two families whose field of one name has two rules).
+NOISE_SCALE = OptionRule("number", (0.0, 2.0), "generator noise (0, with noise_w 0, is deterministic)")
+NOISE_W = OptionRule("number", (0.0, 1.5), "phoneme-duration noise")
+"""It enters the durations through an exponential, hence the narrow range: voices are trained
+at 0.8, and at 2 a sentence can come out several times its length."""
+NORMALIZE = OptionRule("boolean", (0, 0), "read numbers, dates, units, abbreviations, URLs as words (English); "
+                                          "false: the text as written")
+
+
 @dataclass(frozen=True)
 class SynthesisOptions:
+    """What every voice honours, per request. A family adds its own knobs in a subclass, its
+    `Family.synthesis_options` (`voice.synthesis_options`: e.g. PiperOptions with noise_scale);
+    a voice takes an instance of its family's class or of this one (`of`)."""
+
     speaker: int | str | None = id_or_name(MAX_SPEAKER_ID, MAX_SPEAKER_NAME, "speaker id or name (multi-speaker voices)")
-    """None = the voice's default speaker."""
+    """None = the voice's default speaker (Bark: a preset; CosyVoice 2: a saved voice or prompt)."""
     speed: float | None = number(0.25, 4.0, "speaking rate multiplier, e.g. 1.25")
-    """2.0 is twice as fast; divides the voice's length scale. The range is OpenAI's."""
-    noise_scale: float | None = number(0.0, 2.0, "generator noise (0, with noise_w 0, is deterministic)")
-    noise_w: float | None = number(0.0, 1.5, "phoneme-duration noise")
-    """It enters the durations through an exponential, hence the narrow range: voices are
-    trained at 0.8, and at 2 a sentence can come out several times its length."""
+    """2.0 is twice as fast. The range is OpenAI's; a voice that cannot change its rate (Bark)
+    refuses any other value than 1."""
     sentence_silence: float | None = number(0.0, 10.0, "silence after each sentence", "s")
     """Seconds between sentences in joined output; default 0."""
     seed: int | None = integer(0, MAX_SEED, "noise seed for reproducible output")
     """The same seed gives the same audio, alone or in any batch."""
-    temperature: float | None = number(0.0, 5.0, "sampling temperature of token-generating voices (Bark); 0 = greedy")
-    """Bark's semantic and coarse stages (0 also makes the fine stage greedy: deterministic).
-    VITS voices ignore it: their randomness is noise_scale / noise_w."""
-    style: int | str | None = id_or_name(MAX_STYLE_ID, MAX_SPEAKER_NAME, "style id or name (Style-Bert-VITS2 voices)")
-    """None = the voice's default style ("Neutral" where the voice has it)."""
-    style_weight: float | None = number(0.0, 20.0, "strength of the style (Style-Bert-VITS2); 1 = as trained")
-    """The style vector is mean + (vector[style] - mean) * style_weight; SBV2's own range."""
-    sdp_ratio: float | None = number(0.0, 1.0, "share of the stochastic duration predictor (Style-Bert-VITS2)")
-    """Durations mix the stochastic (sdp_ratio) and the deterministic predictor (1 - sdp_ratio)."""
-    language: str | None = name_field(8, "language of the text, for voices that speak several (Style-Bert-VITS2: JP, EN)")
-    """None = the voice's own language; a voice refuses one it cannot speak (400)."""
-    normalize: bool | None = boolean_field("read numbers, dates, units, abbreviations, URLs as words (English voices); false: text as written")
-    """None = true: Piper voices speak `voxserve.text.normalize_text`'s form of the text;
-    other families, and voices of other languages, read the text as they always do."""
-    input_format: str | None = name_field(8, "what the input is: text, or ssml (Piper voices); default: ssml if it starts with <speak")
-    """None = auto: SSML (`voxserve.text.ssml`) when the input starts with a `<speak>` element,
-    else plain text. Other families read every input as plain text."""
-
-    instructions: str | None = name_field(MAX_INSTRUCTIONS_CHARS, "how to speak, for voices that follow a spoken-style prompt (CosyVoice 2's instruct mode), e.g. 'Speak slowly and calmly.'")
-    """CosyVoice 2: its language model reads these instead of the speaker's prompt transcript
-    and speech tokens (the flow still takes the speaker's voice). Other families ignore it, so
-    that the OpenAI route's `instructions` can reach every voice."""
-    cross_lingual: bool | None = boolean_field("speak the text without the speaker prompt's transcript, for text in another language than the prompt (CosyVoice 2)")
-    """CosyVoice 2's cross-lingual mode: the language model gets neither the prompt's
-    transcript nor its speech tokens, only the text; the flow keeps the speaker's voice."""
 
     def validate(self) -> "SynthesisOptions":
         """Check every set field against its rule; InvalidOptionError names the first bad one."""
@@ -168,10 +162,64 @@ class SynthesisOptions:
         return self
 
     def merged(self, other: "SynthesisOptions | None") -> "SynthesisOptions":
-        """Fields set in `other` override ours."""
+        """Fields set in `other` override ours (a field ours lacks is a TypeError)."""
         if other is None:
             return self
         return replace(self, **{f.name: getattr(other, f.name) for f in fields(other) if getattr(other, f.name) is not None})
+
+    @classmethod
+    def deterministic(cls) -> "SynthesisOptions":
+        """Options whose audio is the same for the same text, every time: noise off and greedy
+        decoding where the family has them (its class overrides this), else a fixed seed."""
+        return cls(seed=0)
+
+    @classmethod
+    def of(cls, options: "SynthesisOptions | None") -> "SynthesisOptions":
+        """`options` as this class, validated: None -> the defaults; an instance of this class
+        as it is; one of a class this one derives from (SynthesisOptions) with our other fields
+        unset; DETERMINISTIC -> `cls.deterministic()` with its fields over it. Another family's
+        class is a TypeError (its fields mean nothing to this voice)."""
+        if options is None:
+            return cls()
+        if isinstance(options, Deterministic):
+            return cls.deterministic().merged(options).validate()
+        if isinstance(options, cls):
+            return options.validate()
+        if isinstance(options, SynthesisOptions) and issubclass(cls, type(options)):
+            return cls(**{f.name: getattr(options, f.name) for f in fields(options)}).validate()
+        raise TypeError(f"these options are a {cls.__name__} (or a SynthesisOptions), not a {type(options).__name__}")
+
+
+@dataclass(frozen=True)
+class Deterministic(SynthesisOptions):
+    """DETERMINISTIC's class: each voice reads it as its family's `deterministic()`."""
+
+
+DETERMINISTIC = Deterministic()
+"""Noise off (VITS, SBV2), greedy decoding (Bark), a fixed seed (CosyVoice 2): the same text
+always gives the same samples, on a voice of any family (`SynthesisOptions.of`)."""
+
+
+def check_values(values: Mapping[str, object], rules: Mapping[str, OptionRule]) -> dict[str, object]:
+    """The options set in `values` (name -> value; None: unset), each checked against its rule
+    in `rules` (InvalidOptionError names a bad one; a name `rules` lacks is a TypeError)."""
+    out = {}
+    for name, v in values.items():
+        if name not in rules:
+            raise TypeError(f"unknown option {name!r}")
+        if v is not None:
+            rules[name].check(name, v)
+            out[name] = v
+    return out
+
+
+def options_for(cls: type[SynthesisOptions], values: Mapping[str, object], rules: Mapping[str, OptionRule]) -> SynthesisOptions:
+    """A request's option values as `cls`, a voice's class: every value set is checked against
+    its rule in `rules` (every family's, `voxserve.families.synthesis_rules()`), and those of
+    fields `cls` lacks (another family's knobs) are dropped: the servers' rule, as one request
+    schema serves voices of every family (docs/serving.md, "Options and families")."""
+    mine = option_rules(cls)
+    return cls(**{k: v for k, v in check_values(values, rules).items() if k in mine})
 
 
 @functools.cache
@@ -203,5 +251,3 @@ def check_option(name: str, value: object, cls: type = SynthesisOptions) -> None
     option_rules(cls)[name].check(name, value)
 
 
-DETERMINISTIC = SynthesisOptions(noise_scale=0.0, noise_w=0.0, temperature=0.0, sdp_ratio=0.0)
-"""Noise off (VITS, SBV2) and greedy decoding (Bark): the same text always gives the same samples."""

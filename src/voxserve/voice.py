@@ -19,6 +19,7 @@ import numpy as np
 
 from .audio import Audio, AudioChunk, SentenceJoiner, Word, silence_samples
 from .errors import UnpronounceableTextError
+from .families import families
 from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
 from .text.split import split_sentences
@@ -255,6 +256,14 @@ class Voice(ABC):
     batch_cost: int = MAX_BATCH_COST
     """The most cost (`Unit.cost`) one batch of the library path (`synthesize_batch`,
     `stream`) holds: a voice on a device where bigger batches buy nothing bounds its memory lower."""
+
+    @property
+    def synthesis_options(self) -> type[SynthesisOptions]:
+        """The options class this voice takes per request: its family's
+        (`Family.synthesis_options`, e.g. PiperOptions), or SynthesisOptions for a voice of no
+        registered family. `synthesize` and the others take one, or a plain SynthesisOptions."""
+        fam = families().get(self.family)
+        return SynthesisOptions if fam is None else fam.synthesis_options
 
     @property
     def speakers(self) -> list[str]:

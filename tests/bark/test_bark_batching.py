@@ -9,6 +9,7 @@ from bark_fixtures import TEXTS
 
 import voxserve
 from voxserve import SynthesisOptions
+from voxserve.families.bark import BarkOptions
 
 HOP = 320  # the tiny EnCodec's samples per frame (24 kHz, 75 Hz)
 
@@ -35,7 +36,7 @@ def test_greedy_batch_equals_alone_and_lengths_differ(bark_voice):
 
 def test_sampled_batch_equals_alone_with_seeds(bark_voice):
     # every row samples from its own generator: its tokens do not depend on its batch mates
-    opts = [SynthesisOptions(seed=10 + k, temperature=0.9) for k in range(len(TEXTS))]
+    opts = [BarkOptions(seed=10 + k, temperature=0.9) for k in range(len(TEXTS))]
     items = [bark_voice.items([t], o)[0] for t, o in zip(TEXTS, opts)]
     batch = bark_voice.runner.generate_tokens(items)
     alone = [bark_voice.runner.generate_tokens([it])[0] for it in items]
@@ -49,7 +50,7 @@ def test_sampled_batch_equals_alone_with_seeds(bark_voice):
 
 def test_sampling_is_live_and_seeded(bark_voice):
     def one(seed, t=0.9):
-        opts = SynthesisOptions(seed=seed, temperature=t)
+        opts = BarkOptions(seed=seed, temperature=t)
         return bark_voice.runner.generate_tokens(bark_voice.items(["i like pizza but also reading."], opts))[0]
 
     a, b, c = one(1), one(1), one(2)
@@ -65,7 +66,7 @@ def test_bark_never_touches_the_global_rng(bark_voice):
     torch.manual_seed(123)
     expected = torch.rand(4)
     torch.manual_seed(123)
-    bark_voice.runner.generate_tokens(bark_voice.items(TEXTS[:2], SynthesisOptions(seed=3, temperature=0.8)))
+    bark_voice.runner.generate_tokens(bark_voice.items(TEXTS[:2], BarkOptions(seed=3, temperature=0.8)))
     assert torch.equal(torch.rand(4), expected)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from host_syncs import HostReads, count_calls, cuda_syncs
 
-from voxserve import SynthesisOptions
+from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.step import BarkStepRunner
 from voxserve.runtime.step import Decoder
 
@@ -15,7 +15,7 @@ STAGE_CHANGES = ("_start", "_to_coarse", "_next_window", "_finish")
 
 
 def _units(voice):
-    opts = [SynthesisOptions(seed=3 + k, temperature=0.0 if k == 0 else 0.8) for k in range(len(SENTENCES))]
+    opts = [BarkOptions(seed=3 + k, temperature=0.0 if k == 0 else 0.8) for k in range(len(SENTENCES))]
     return [next(iter(voice.units(t, o))) for t, o in zip(SENTENCES, opts)]
 
 

@@ -12,6 +12,7 @@ import pytest
 import voxserve
 from voxserve import SynthesisOptions
 from voxserve.errors import UnknownSpeakerError, VoiceLoadError
+from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.voice import BarkRuntimeOptions, BarkVoiceConfig, load_bark_voice
 
 
@@ -148,7 +149,7 @@ def test_extra_npz_preset(tiny_bark_dir, tmp_path):
     np.savez(p, **tiny_preset(np.random.default_rng(1), 12))
     v = load_bark_voice(tiny_bark_dir, device="cpu", presets={"mine": p})
     assert "mine" in v.speakers
-    unit = next(iter(v.units("Hello.", SynthesisOptions(speaker="mine", temperature=0))))
+    unit = next(iter(v.units("Hello.", BarkOptions(speaker="mine", temperature=0))))
     assert unit.payload.speaker == "mine"
     assert len(v.run_units([unit])[0]) > 0
 

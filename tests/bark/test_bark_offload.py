@@ -11,6 +11,7 @@ import torch
 from bark_fixtures import TEXTS
 
 import voxserve
+from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.runner import OFFLOAD_GROUPS
 from voxserve.families.bark.voice import BarkRuntimeOptions, load_bark_voice
 from voxserve.runtime.offload import WeightOffloader
@@ -121,7 +122,7 @@ def test_sdpa_matches_eager_and_batches_are_invariant_on_cuda(tiny_bark_dir):
     with torch.no_grad():
         torch.testing.assert_close(a.runner.model.semantic(input_ids=ids).logits,
                                    b.runner.model.semantic(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
-    opts = [voxserve.SynthesisOptions(seed=k, temperature=0.8) for k in range(len(TEXTS))]
+    opts = [BarkOptions(seed=k, temperature=0.8) for k in range(len(TEXTS))]
     items = [a.items([t], o)[0] for t, o in zip(TEXTS, opts)]
     batch = a.runner.generate_tokens(items)
     alone = [a.runner.generate_tokens([it])[0] for it in items]

@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 from audio_compare import assert_pcm_close
+from serve_fakes import RecordingSink
 from server_process import ServerProcess, free_port
 
 import voxserve
-from serve_fakes import RecordingSink
 from voxserve import SynthesisOptions
 from voxserve.audio import float_to_int16
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.errors import UnknownSpeakerError
+from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.runner import BarkItem
 from voxserve.serve.app import AppConfig, create_app
 from voxserve.voice import Voice
@@ -393,7 +394,7 @@ def test_a_request_cannot_make_the_server_open_a_path(app_client, tiny_bark_dir)
 def test_temperature_and_seed_pass_through(app_client, bark_voice):
     c, *_ = app_client
     text = "I like pizza. A dog is on the mat!"
-    for opts, body in [(SynthesisOptions(temperature=0), {"temperature": 0}),
+    for opts, body in [(BarkOptions(temperature=0), {"temperature": 0}),
                        (SynthesisOptions(seed=9, speaker="announcer"), {"seed": 9, "speaker": "announcer"})]:
         r = synth(c, text=text, **body)
         assert r.status_code == 200

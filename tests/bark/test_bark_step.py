@@ -11,6 +11,7 @@ from bark_fixtures import TEXTS
 import voxserve
 from voxserve import SynthesisOptions
 from voxserve.families import families
+from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.step import BarkStepRunner
 from voxserve.families.bark.voice import load_bark_voice
 from voxserve.runtime.offload import WeightOffloader
@@ -68,7 +69,7 @@ def test_step_runner_equals_the_generate_runner(bark_voice, sampled):
     # temperature 0: the tokens and audio of transformers' generate path (BarkRunner), speakers
     # mixed in one step batch. Sampled: the same per-sentence streams, so the same audio too.
     if sampled:
-        opts = [SynthesisOptions(seed=20 + k, temperature=0.9, speaker=s) for k, s in enumerate(SPEAKERS)]
+        opts = [BarkOptions(seed=20 + k, temperature=0.9, speaker=s) for k, s in enumerate(SPEAKERS)]
     else:
         opts = [voxserve.DETERMINISTIC.merged(SynthesisOptions(speaker=s)) for s in SPEAKERS]
     units = _units(bark_voice, opts)
@@ -83,7 +84,7 @@ def test_step_runner_equals_the_generate_runner(bark_voice, sampled):
 
 
 def test_sampled_audio_is_the_same_alone_and_among_joins_and_leaves(bark_voice):
-    opts = [SynthesisOptions(seed=40 + k, temperature=0.9, speaker=s) for k, s in enumerate(SPEAKERS)]
+    opts = [BarkOptions(seed=40 + k, temperature=0.9, speaker=s) for k, s in enumerate(SPEAKERS)]
     units = _units(bark_voice, opts)
     target = units[1]
     alone = _drive(BarkStepRunner(bark_voice.runner), {0: [("t", target)]})["t"]

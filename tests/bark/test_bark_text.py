@@ -6,6 +6,7 @@ import pytest
 
 from voxserve import SynthesisOptions
 from voxserve.errors import EmptyTextError, InvalidOptionError, UnpronounceableTextError
+from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.voice import CHARS_PER_SECOND, normalize_bark_text, speech_weight
 
 
@@ -45,9 +46,9 @@ def test_validation_is_eager(bark_voice):
     with pytest.raises(InvalidOptionError, match="speed"):
         bark_voice.units("Hello.", SynthesisOptions(speed=2.0))
     with pytest.raises(InvalidOptionError, match="temperature"):
-        bark_voice.units("Hello.", SynthesisOptions(temperature=-1))
+        bark_voice.units("Hello.", BarkOptions(temperature=-1))
     with pytest.raises(InvalidOptionError, match="temperature"):
-        bark_voice.units("Hello.", SynthesisOptions(temperature=99))
+        bark_voice.units("Hello.", BarkOptions(temperature=99))
     units = bark_voice.units("... !!!")  # nothing to say: raised when iteration ends
     with pytest.raises(UnpronounceableTextError):
         list(units)
@@ -57,9 +58,9 @@ def test_temperatures_and_seeds_per_unit(bark_voice):
     c = bark_voice.config
     [u] = list(bark_voice.units("Hello."))
     assert u.payload.temperatures == (c.semantic_temperature, c.coarse_temperature, c.fine_temperature)
-    [u] = list(bark_voice.units("Hello.", SynthesisOptions(temperature=0.5)))
+    [u] = list(bark_voice.units("Hello.", BarkOptions(temperature=0.5)))
     assert u.payload.temperatures == (0.5, 0.5, c.fine_temperature)
-    [u] = list(bark_voice.units("Hello.", SynthesisOptions(temperature=0)))
+    [u] = list(bark_voice.units("Hello.", BarkOptions(temperature=0)))
     assert u.payload.temperatures == (0.0, 0.0, 0.0)
     a, b = list(bark_voice.units("Hello. World.", SynthesisOptions(seed=4)))
     assert a.payload.seed != b.payload.seed

@@ -13,6 +13,7 @@ import voxserve
 from voxserve import SynthesisOptions
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.engine.unload import IdleUnloader
+from voxserve.families.bark import BarkOptions
 
 SEEDED = SynthesisOptions(speaker="v2/en_speaker_1", seed=11)
 TEXT = " ".join(TEXTS[:2])
@@ -31,12 +32,12 @@ def test_a_seeded_request_after_a_reload_says_the_same(voice):
     with engine(voice) as eng:
         stepper = voice.step_runner()
         u = IdleUnloader(eng, after_s=10, clock=lambda: 0.0)
-        before = [speak(eng, voice.name, TEXT, o) for o in (SEEDED, SynthesisOptions(temperature=0))]
+        before = [speak(eng, voice.name, TEXT, o) for o in (SEEDED, BarkOptions(temperature=0))]
         assert u.check(5.0) == []  # used since the start: idle from now
         assert u.check(15.0) == [voice.name]
         assert not voice.loaded and voice.runner is None and stepper.runner is None
         assert voice.count_tokens("hello world") > 0  # the front end keeps its tokenizer
-        after = [speak(eng, voice.name, TEXT, o) for o in (SEEDED, SynthesisOptions(temperature=0))]
+        after = [speak(eng, voice.name, TEXT, o) for o in (SEEDED, BarkOptions(temperature=0))]
         assert voice.loaded and voice.step_runner() is stepper and stepper.runner is voice.runner
         for x, y in zip(after, before):
             assert len(x) > 0

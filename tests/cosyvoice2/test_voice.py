@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+import cv2_fixtures as fx_
 import numpy as np
 import pytest
 import torch
@@ -15,16 +16,16 @@ import torch
 import voxserve
 from voxserve import SynthesisOptions
 from voxserve.errors import InvalidOptionError, UnknownSpeakerError, VoiceLoadError
+from voxserve.families.bark import BarkOptions
+from voxserve.families.cosyvoice2 import CosyOptions
 from voxserve.families.cosyvoice2.runner import CosyStepRunner
 from voxserve.families.cosyvoice2.store import read_recording
-
-import cv2_fixtures as fx_
 
 SPF = 480  # samples per mel frame; 2 mel frames per speech token
 
 
 def units(voice, text, **opts):
-    return list(voice.units(text, SynthesisOptions(**opts)))
+    return list(voice.units(text, CosyOptions(**opts)))
 
 
 def run(runner, schedule):
@@ -103,8 +104,11 @@ def test_length_bounds_hold(cv2_voice):
 
 
 def test_options_cosyvoice_does_not_take_are_refused(cv2_voice):
-    with pytest.raises(InvalidOptionError, match="temperature"):
-        cv2_voice.synthesize("Hello.", SynthesisOptions(temperature=0.5))
+    assert cv2_voice.synthesis_options is CosyOptions
+    with pytest.raises(TypeError, match="temperature"):
+        CosyOptions(temperature=0.5)  # its sampler's rule is upstream's: no temperature
+    with pytest.raises(TypeError, match="CosyOptions"):
+        cv2_voice.synthesize("Hello.", BarkOptions(temperature=0.5))
     with pytest.raises(UnknownSpeakerError, match="spk"):
         cv2_voice.synthesize("Hello.", SynthesisOptions(speaker="nobody"))
 
@@ -307,8 +311,8 @@ def test_instruct_and_cross_lingual_modes_lay_out_the_language_models_prompt_as_
 
 def test_an_instructed_sentence_is_seeded_and_differs_from_the_plain_one(cv2_voice):
     opts = dict(seed=11, instructions="Speak slowly.")
-    a = cv2_voice.synthesize("Hi there.", SynthesisOptions(**opts))
-    b = cv2_voice.synthesize("Hi there.", SynthesisOptions(**opts))
+    a = cv2_voice.synthesize("Hi there.", CosyOptions(**opts))
+    b = cv2_voice.synthesize("Hi there.", CosyOptions(**opts))
     c = cv2_voice.synthesize("Hi there.", SynthesisOptions(seed=11))
     np.testing.assert_array_equal(a.samples, b.samples)
     assert len(a.samples) != len(c.samples) or not np.array_equal(a.samples, c.samples)

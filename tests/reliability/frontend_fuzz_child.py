@@ -2,7 +2,7 @@
 pyopenjtalk or a tokenizer kills this process, and fails the test, not the test run).
 
 usage: python frontend_fuzz_child.py VOICES_JSON EXAMPLES
-VOICES_JSON maps a name to [spec, load_voice keyword arguments, SynthesisOptions fields]. Each
+VOICES_JSON maps a name to [spec, load_voice keyword arguments, synthesis options (its family's class)]. Each
 pinned text, then EXAMPLES texts drawn by hypothesis (derandomised: the same texts every run), go
 through every voice's front end (`voice.units`, consumed). A text's result is clean when it makes
 units or raises one of the library's errors (VoxserveError: the server answers 4xx); anything else
@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 import voxserve
 from voxserve.errors import VoxserveError
-from voxserve.options import SynthesisOptions
 
 MAX_CHARS = 4096  # the servers' input limit (serve/app.py max_input_chars)
 
@@ -66,8 +65,8 @@ def texts(draw) -> str:
 
 def main() -> None:
     spec, n_examples = json.loads(sys.argv[1]), int(sys.argv[2])
-    voices = {name: (voxserve.load_voice(s, device="cpu", **kw), SynthesisOptions(**opts))
-              for name, (s, kw, opts) in spec.items()}
+    loaded = {name: (voxserve.load_voice(s, device="cpu", **kw), opts) for name, (s, kw, opts) in spec.items()}
+    voices = {name: (v, v.synthesis_options(**opts)) for name, (v, opts) in loaded.items()}  # its family's class
     outcomes = {name: Counter() for name in voices}
     unclean: list[dict] = []
     seconds = Counter()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import voxserve
-from voxserve import SynthesisOptions
+from voxserve.families.piper import PiperOptions
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def tiny(tiny_voice_path):
 @pytest.mark.parametrize("silence", [0.0, 0.35])
 def test_stream_holds_the_sentence_silence_of_synthesize(tiny, silence):
     text = "Hello there. How are you today? Fine, thanks. And you?"
-    opts = SynthesisOptions(seed=1, noise_scale=0, noise_w=0, sentence_silence=silence)
+    opts = PiperOptions(seed=1, noise_scale=0, noise_w=0, sentence_silence=silence)
     whole = tiny.synthesize(text, opts)
     chunks = list(tiny.stream(text, opts))
     assert len(chunks) == 4

@@ -25,7 +25,7 @@ for sub in ("sbv2", "cosyvoice2"):  # the families' fixture builders
 
 @pytest.fixture(scope="module")
 def voices_spec(tmp_path_factory, tiny_voice_path) -> dict:
-    """name -> [load_voice spec, its keyword arguments, SynthesisOptions fields]: a tiny random
+    """name -> [load_voice spec, its keyword arguments, its family's synthesis options]: a tiny random
     voice of each family, and the multilingual SBV2 voice read in English."""
     pytest.importorskip("transformers")
     pytest.importorskip("pyopenjtalk")

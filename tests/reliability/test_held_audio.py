@@ -21,6 +21,7 @@ from voxserve import SynthesisOptions
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.engine.held_audio import HELD_BYTES_PER_SAMPLE, HeldAudio
 from voxserve.errors import AudioTooLongError, OverloadedError
+from voxserve.families.piper import PiperOptions
 from voxserve.serve.app import AppConfig, create_app
 
 
@@ -67,7 +68,7 @@ def voice(tiny_voice_path):
 
 def test_the_prediction_counts_ssml_breaks_and_sentence_silence(voice):
     ssml = breaks_ssml(179)
-    p = voice.predicted_audio_s(ssml, SynthesisOptions(input_format="ssml"))
+    p = voice.predicted_audio_s(ssml, PiperOptions(input_format="ssml"))
     assert 1790 <= p < 1800  # the breaks, and a little speech for "hi bye"
     plain = "One. Two. Three. Four."
     base = voice.predicted_audio_s(plain)
@@ -76,7 +77,7 @@ def test_the_prediction_counts_ssml_breaks_and_sentence_silence(voice):
     # speech is far faster than any real voice's, so its speech part is left out here)
     for text, opts in ((plain, SynthesisOptions(sentence_silence=2.0)),
                        ("<speak>Hi there." + '<break time="3s"/>' * 4 + "Bye now.</speak>",
-                        SynthesisOptions(input_format="ssml"))):
+                        PiperOptions(input_format="ssml"))):
         made = len(voice.synthesize(text, opts).samples) / voice.sample_rate
         speech = voice.predicted_audio_s(text, replace(opts, sentence_silence=None, input_format="text")) \
             if opts.input_format != "ssml" else voice.predicted_audio_s("Hi there. Bye now.")

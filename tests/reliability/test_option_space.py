@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 import voxserve
 from voxserve import AudioTooLongError, InvalidOptionError, Limits, SynthesisOptions, UnknownSpeakerError
-from voxserve.options import option_range, option_rules
 from voxserve.audio import silence_samples
+from voxserve.families import families, synthesis_rules
+from voxserve.families.piper import PiperOptions
+from voxserve.options import option_range
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -22,8 +24,11 @@ LIMITS = Limits(max_sentence_audio_seconds=4.0, max_audio_seconds=6.0)
 TEXT = "Hello there. How are you today? Fine."
 
 
+RULES = synthesis_rules()  # every family's options, each with its rule
+
+
 def edges(name: str) -> list:
-    lo, hi = option_range(name)
+    lo, hi = RULES[name].range
     return [lo, hi, lo - 1e-9, hi + 1e-9, (lo + hi) / 2, -hi, hi * 10, 1e-9]
 
 
@@ -34,7 +39,7 @@ ANY = st.one_of(
 
 
 def values(name: str):
-    kind = option_rules()[name].kind
+    kind = RULES[name].kind
     if kind == "id_or_name":
         return st.one_of(ANY, st.integers(-2, 4), st.sampled_from(["0", "1", "2", "7", "a", ""]))
     if kind in ("name", "boolean"):
@@ -42,7 +47,7 @@ def values(name: str):
     return st.one_of(ANY, st.sampled_from(edges(name)))
 
 
-OPTIONS = st.fixed_dictionaries({}, optional={f.name: values(f.name) for f in fields(SynthesisOptions)})
+OPTIONS = st.fixed_dictionaries({}, optional={f.name: values(f.name) for f in fields(PiperOptions)})  # the tiny voice's
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,7 @@ def tiny_limited(tiny_voice_path):
 @example(kw={"speed": 0.25, "noise_w": 1.5, "noise_scale": 2.0})
 def test_library_options_raise_only_documented_errors_and_respect_the_cap(tiny_limited, kw):
     try:
-        opts = SynthesisOptions(**kw)
+        opts = PiperOptions(**kw)
         audio = tiny_limited.synthesize(TEXT, opts)
         chunks = list(tiny_limited.stream(TEXT, opts))
     except (InvalidOptionError, UnknownSpeakerError, AudioTooLongError):
@@ -74,16 +79,18 @@ def test_library_options_raise_only_documented_errors_and_respect_the_cap(tiny_l
                * c.sample_rate for c in chunks)
 
 
-def test_every_numeric_option_has_an_inclusive_range(tiny_limited):
-    for f in fields(SynthesisOptions):
-        if option_range(f.name) is None:
+@pytest.mark.parametrize("cls", sorted({f.synthesis_options for f in families().values()}, key=lambda c: c.__name__),
+                         ids=lambda c: c.__name__)
+def test_every_numeric_option_has_an_inclusive_range(cls):
+    for f in fields(cls):
+        if option_range(f.name, cls) is None:
             continue
-        lo, hi = option_range(f.name)
-        SynthesisOptions(**{f.name: lo}).validate()
-        SynthesisOptions(**{f.name: hi}).validate()
+        lo, hi = option_range(f.name, cls)
+        cls(**{f.name: lo}).validate()
+        cls(**{f.name: hi}).validate()
         for bad in (hi + 1, lo - 1, math.nan, math.inf, True, "1"):
             with pytest.raises(InvalidOptionError, match=f.name):
-                SynthesisOptions(**{f.name: bad}).validate()
+                cls(**{f.name: bad}).validate()
 
 
 def test_sentence_over_its_limit_fails_alone_in_its_batch(tiny_voice_path):
@@ -116,7 +123,7 @@ def test_joe_voice_at_the_edges_of_every_range_stays_bounded(joe_voice):
             "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light")
     worst = 0.0
     for seed in range(3):
-        opts = SynthesisOptions(speed=0.25, noise_w=1.5, noise_scale=2.0, seed=seed)
+        opts = PiperOptions(speed=0.25, noise_w=1.5, noise_scale=2.0, seed=seed)
         worst = max(worst, max(len(c.samples) / c.sample_rate for c in joe_voice.stream(text, opts)))
     assert worst < joe_voice.limits.max_sentence_audio_seconds
 
@@ -128,7 +135,7 @@ JSON_ANY = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
 
 
 def json_values(name: str):
-    kind = option_rules()[name].kind
+    kind = RULES[name].kind
     if kind == "id_or_name":
         return st.one_of(JSON_ANY, st.integers(-2, 4))
     if kind in ("name", "boolean"):
@@ -138,7 +145,7 @@ def json_values(name: str):
 
 SYNTH_BODY = st.fixed_dictionaries(
     {"text": st.one_of(st.just(TEXT), st.just(""), st.just("..."), JSON_ANY)},
-    optional={**{f.name: json_values(f.name) for f in fields(SynthesisOptions)},
+    optional={**{name: json_values(name) for name in RULES},
               "stream": JSON_ANY, "response_format": st.sampled_from(["wav", "pcm", "flac", "mp3", "aac", "x", 3])})
 SPEECH_BODY = st.fixed_dictionaries(
     {"model": st.sampled_from(["tts-1", "voxserve", "nope", 1]), "input": st.one_of(st.just(TEXT), JSON_ANY),

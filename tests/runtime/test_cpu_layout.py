@@ -10,6 +10,7 @@ import torch
 from vits_fixtures import load_piper
 
 import voxserve
+from voxserve.families.piper import PiperOptions
 from voxserve.families.piper.options import Transforms
 from voxserve.runtime.layout import (
     ChannelsLastConv1d,
@@ -44,7 +45,7 @@ def test_fold_average_matches(tiny_voice_path):
     plain = load_piper(tiny_voice_path, transforms=Transforms(fold_average=False, cpu_channels_last=False))
     assert folded.runner.model.dec.average_folded and not plain.runner.model.dec.average_folded
     ids = [[1, 0] + list(range(3, 40)) + [2]]
-    o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
+    o = PiperOptions(speaker=1, noise_scale=0, noise_w=0)
     assert np.abs(folded.synthesize_ids(ids, o)[0] - plain.synthesize_ids(ids, o)[0]).max() <= 1e-4
 
 
@@ -89,6 +90,6 @@ def test_gemm_convs_voice_matches_plain(tiny_voice_path):
     assert not any(isinstance(m, GemmConv1d) for m in fast.runner.model.dec.modules())
     assert not any(isinstance(m, GemmConv1d) for m in plain.runner.model.modules())
     ids = [[1, 0] + list(range(3, 40)) + [2], [1, 0, 5, 0, 7, 0, 2]]
-    o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
+    o = PiperOptions(speaker=1, noise_scale=0, noise_w=0)
     for x, y in zip(fast.synthesize_ids(ids, o), plain.synthesize_ids(ids, o)):
         assert len(x) == len(y) and np.abs(x - y).max() <= 1e-4

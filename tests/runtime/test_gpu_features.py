@@ -11,11 +11,11 @@ import logging
 import numpy as np
 import pytest
 import torch
-
 from gpu_tolerances import FP32_WAVE_ATOL, HALF_SNR_DB
 from vits_fixtures import load_piper
 
 import voxserve
+from voxserve.families.piper import PiperOptions
 from voxserve.families.piper.cuda_graphs import GraphedStages, GraphGrid, pick_bucket
 from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
 from voxserve.models.vits_precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
@@ -116,7 +116,7 @@ def test_emulated_graphs_equal_eager(tiny_voice_path):
     assert isinstance(graphed.runner.stages, GraphedStages) and graphed.runner.stages.emulate
     rng = np.random.default_rng(3)
     batch = [_ids(rng, n) for n in (3, 20, 45, 9, 30)]
-    opts = voxserve.SynthesisOptions(speaker=2, noise_scale=0, noise_w=0)
+    opts = PiperOptions(speaker=2, noise_scale=0, noise_w=0)
     a = eager.synthesize_ids(batch, opts)
     b = graphed.synthesize_ids(batch, opts)
     for x, y in zip(a, b):
@@ -282,6 +282,6 @@ def test_cuda_compile_equals_eager(tiny_voice_path):
     small = GraphGrid(batch=(1,), tokens=(64,), frames=(1024,))
     comp = load_piper(tiny_voice_path, device="cuda", compile=True, transforms=Transforms(graph_grid=small))
     ids = [[1, 0] + list(range(3, 40)) + [2]]
-    o = voxserve.SynthesisOptions(speaker=1, noise_scale=0, noise_w=0)
+    o = PiperOptions(speaker=1, noise_scale=0, noise_w=0)
     assert np.abs(eager.synthesize_ids(ids, o)[0] - comp.synthesize_ids(ids, o)[0]).max() <= FP32_WAVE_ATOL
     assert comp.runner.stages.stats["captures"] == 2

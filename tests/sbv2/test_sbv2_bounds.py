@@ -11,12 +11,13 @@ import torch
 pytest.importorskip("transformers")
 
 import voxserve  # noqa: E402
-from voxserve import AudioTooLongError, SynthesisOptions  # noqa: E402
+from voxserve import AudioTooLongError  # noqa: E402
+from voxserve.families.sbv2 import Sbv2Options
 from voxserve.families.sbv2 import model as sbv2_model  # noqa: E402
 from voxserve.families.sbv2.model import ConditionedEncoder, Sbv2Dims, TransformerCouplingBlock  # noqa: E402
 from voxserve.models import vits as piper_model  # noqa: E402
 
-DET = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
+DET = Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
 SCORES_MAX = 1 << 22  # the score elements one attention step may hold (model.SCORE_BLOCK)
 
 

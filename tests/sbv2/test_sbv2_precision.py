@@ -12,13 +12,14 @@ import torch
 pytest.importorskip("transformers")
 
 import sbv2_fixtures as fx  # noqa: E402
+
 import voxserve  # noqa: E402
-from voxserve import SynthesisOptions  # noqa: E402
-from voxserve.models.vits_precision import snr_db  # noqa: E402
+from voxserve.families.sbv2 import Sbv2Options
 from voxserve.families.sbv2.loader import load_sbv2_checkpoint  # noqa: E402
 from voxserve.families.sbv2.voice import SYNTH_FP32, Sbv2Voice  # noqa: E402
+from voxserve.models.vits_precision import snr_db  # noqa: E402
 
-DET = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
+DET = Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
 # SNR of half against fp32 on the fixtures' tiny random models (measured: see the test's print);
 # random weights give no meaning to the figure beyond "the half path computes the same thing"
 MIN_SNR_DB = {torch.bfloat16: 15.0, torch.float16: 30.0}

@@ -13,8 +13,9 @@ import voxserve
 from voxserve import SynthesisOptions
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.engine.unload import IdleUnloader
+from voxserve.families.sbv2 import Sbv2Options
 
-DET = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
+DET = Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
 SEEDED = SynthesisOptions(seed=7)  # sampled noise, from the request's seed
 TEXT = "今日はいい天気ですね。えっ、本当ですか？"
 

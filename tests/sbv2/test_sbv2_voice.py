@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("transformers")
 
 import sbv2_fixtures as fx  # noqa: E402
-import voxserve  # noqa: E402
 from serve_fakes import RecordingSink  # noqa: E402
+
+import voxserve  # noqa: E402
 from voxserve import (  # noqa: E402
     AudioTooLongError,
     InvalidOptionError,
@@ -23,9 +24,10 @@ from voxserve import (  # noqa: E402
     UnknownSpeakerError,
     VoiceLoadError,
 )
+from voxserve.families.sbv2 import Sbv2Options
 
 BOUND = 1e-4  # the bound; measured <= 1.4e-6 on CPU
-DET = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
+DET = Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def voices(sbv2_folders, sbv2_bert_root):
 
 
 def case_options(c: dict) -> SynthesisOptions:
-    return SynthesisOptions(speaker=c["speaker"], style=c["style"], style_weight=c["style_weight"],
+    return Sbv2Options(speaker=c["speaker"], style=c["style"], style_weight=c["style_weight"],
                             speed=1 / c["length_scale"], noise_scale=c["noise_scale"], noise_w=c["noise_scale_w"],
                             sdp_ratio=c["sdp_ratio"], language=c["language"])
 
@@ -76,22 +78,22 @@ def test_voices_share_one_bert_and_list_what_they_offer(voices):
 def test_options_resolve_and_refuse_clearly(voices):
     v = voices["jp_extra"]
     text = "今日はいい天気ですね。"
-    by_name = v.synthesize(text, SynthesisOptions(style="Happy", speaker="spk_b", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
-    by_id = v.synthesize(text, SynthesisOptions(style=1, speaker=1, noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
+    by_name = v.synthesize(text, Sbv2Options(style="Happy", speaker="spk_b", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
+    by_id = v.synthesize(text, Sbv2Options(style=1, speaker=1, noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
     np.testing.assert_array_equal(by_name.samples, by_id.samples)
     # style_weight 0 is the mean style, whatever the style
-    w0 = [v.synthesize(text, SynthesisOptions(style=s, style_weight=0.0, noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)).samples
+    w0 = [v.synthesize(text, Sbv2Options(style=s, style_weight=0.0, noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)).samples
           for s in ("Happy", "Sad")]
     np.testing.assert_array_equal(w0[0], w0[1])
     assert not np.array_equal(by_name.samples, v.synthesize(text, DET).samples)
     with pytest.raises(InvalidOptionError, match="style.*Neutral, Happy"):
-        v.synthesize(text, SynthesisOptions(style="Joyful"))
+        v.synthesize(text, Sbv2Options(style="Joyful"))
     with pytest.raises(InvalidOptionError, match="style id 9"):
-        v.synthesize(text, SynthesisOptions(style=9))
+        v.synthesize(text, Sbv2Options(style=9))
     with pytest.raises(InvalidOptionError, match="JP-Extra model speaks Japanese only"):
-        v.synthesize("Hello.", SynthesisOptions(language="EN"))
+        v.synthesize("Hello.", Sbv2Options(language="EN"))
     with pytest.raises(InvalidOptionError, match="language"):
-        v.synthesize(text, SynthesisOptions(language="FR"))
+        v.synthesize(text, Sbv2Options(language="FR"))
     with pytest.raises(UnknownSpeakerError):
         v.synthesize(text, SynthesisOptions(speaker="nobody"))
     # deterministic with the noise off; seeded noise repeats
@@ -108,7 +110,7 @@ def test_sentences_split_stream_and_stay_their_solo_selves(voices):
     assert [c.index for c in chunks] == [0, 1, 2] and chunks[-1].is_last
     for c, s in zip(chunks, solo):
         np.testing.assert_allclose(c.samples, s, atol=1e-5)
-    en = SynthesisOptions(language="en", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
+    en = Sbv2Options(language="en", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
     joined = v.synthesize("Hello world. How are you today?", en).samples
     parts = [v.synthesize(t, en).samples for t in ("Hello world.", "How are you today?")]
     np.testing.assert_allclose(joined, np.concatenate(parts), atol=1e-5)
@@ -174,7 +176,7 @@ def test_served_next_to_other_voices(voices):
         r = c.post("/v1/synthesize", json=body)
         assert r.status_code == 200, r.text
         got = np.frombuffer(r.content, dtype="<i2").astype(np.float32) / 32767
-        want = voices["jp_extra"].synthesize(body["text"], SynthesisOptions(
+        want = voices["jp_extra"].synthesize(body["text"], Sbv2Options(
             style="Sad", style_weight=2.0, noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)).samples
         assert abs(len(got) - len(want)) == 0
         r = c.post("/v1/synthesize", json={**body, "style": "Joyful"})
@@ -219,7 +221,7 @@ def test_say_takes_the_bert_dir_and_the_style_flags(sbv2_folders, sbv2_bert_root
     assert rc == 0
     got, sr = sf.read(out, dtype="float32")
     want = voxserve.load_voice(f"sbv2:{sbv2_folders['jp_extra']}", device="cpu", bert_dir=sbv2_bert_root).synthesize(
-        text, SynthesisOptions(style="Sad", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
+        text, Sbv2Options(style="Sad", noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0))
     assert sr == 44100 and len(got) == len(want.samples)
     assert main(["say", "x", "--voice", str(sbv2_folders["jp_extra"]), "-o", str(out)]) == 2
     assert "use --voice sbv2:" in capsys.readouterr().err

@@ -12,9 +12,9 @@ pytest.importorskip("transformers")
 import sbv2_fixtures as fx  # noqa: E402
 
 import voxserve  # noqa: E402
-from voxserve import SynthesisOptions  # noqa: E402
+from voxserve.families.sbv2 import Sbv2Options
 
-DET = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
+DET = Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -42,27 +42,27 @@ def test_sbv2_words_in_order_inside_the_audio_and_batch_invariant(voices, varian
     items = cases(variant)
     solo = []
     for text, lang in items:
-        a = v.synthesize(text, SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0, language=lang))
+        a = v.synthesize(text, Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0, language=lang))
         assert a.words, text
         check(a)
         solo.append(a.words)
     batch = v.synthesize_batch([t for t, _ in items],
-                               [SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0, language=lang)
+                               [Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0, language=lang)
                                 for _, lang in items])
     assert [a.words for a in batch] == solo
 
 
 def test_sbv2_english_words_are_the_texts(voices):
     v = voices["multilingual"]
-    a = v.synthesize("Hello world. How are you today?", SynthesisOptions(noise_scale=0.0, noise_w=0.0,
+    a = v.synthesize("Hello world. How are you today?", Sbv2Options(noise_scale=0.0, noise_w=0.0,
                                                                          sdp_ratio=0.0, language="EN",
                                                                          sentence_silence=0.3))
     assert [w.word.lower() for w in a.words] == ["hello", "world", "how", "are", "you", "today"]
     check(a)
     # the second sentence's words start after the first sentence's audio and its silence
-    first = v.synthesize("Hello world.", SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0,
+    first = v.synthesize("Hello world.", Sbv2Options(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0,
                                                           language="EN"))
     assert a.words[2].start >= first.duration + 0.3 - 1e-6
     assert np.isclose(a.words[2].start - (first.duration + 0.3),
-                      v.synthesize("How are you today?", SynthesisOptions(
+                      v.synthesize("How are you today?", Sbv2Options(
                           noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0, language="EN")).words[0].start)

@@ -15,6 +15,7 @@ from server_process import ROOT, ServerProcess
 
 import voxserve
 from voxserve.audio import float_to_int16
+from voxserve.families.piper import PiperOptions
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_32_concurrent_mixed_requests_match_direct_synthesis(server, tiny_voice,
         responses = list(pool.map(call, jobs))
     assert [r.status_code for r in responses] == [200] * 32
     for (text, speaker, _), r in zip(jobs, responses):
-        ref = float_to_int16(tiny_voice.synthesize(text, voxserve.SynthesisOptions(noise_scale=0, noise_w=0,
+        ref = float_to_int16(tiny_voice.synthesize(text, PiperOptions(noise_scale=0, noise_w=0,
                                                                                     speaker=speaker)).samples)
         assert_pcm_close(pcm(r), ref, text[:40])
 

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 import voxserve
 from voxserve.cli import main
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.families.sbv2 import Sbv2Options
 from voxserve.langcodes import is_tag, tag
-from voxserve.options import SynthesisOptions
 from voxserve.serve.app import AppConfig, create_app
 from voxserve.voices import registry
 
@@ -180,7 +180,7 @@ def test_wyoming_picks_a_voice_by_tag_and_passes_the_option_only_where_the_voice
     assert server.voice_for_language("en_US") == ("us", None)
     assert server.voice_for_language("en-us") == ("us", None)
     # the option the server passes is one the voice takes
-    assert list(sbv2.units("こんにちは。", SynthesisOptions(language="ja")))
+    assert list(sbv2.units("こんにちは。", Sbv2Options(language="ja")))
 
 
 def test_the_playground_shows_the_languages_of_v1_voices():

@@ -38,6 +38,7 @@ from wyoming.tts import (  # noqa: E402
 import voxserve  # noqa: E402
 from voxserve.audio import float_to_int16  # noqa: E402
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig  # noqa: E402
+from voxserve.families.piper import PiperOptions
 from voxserve.serve.wyoming import (  # noqa: E402
     SAMPLES_PER_CHUNK,
     SentenceBuffer,
@@ -46,6 +47,7 @@ from voxserve.serve.wyoming import (  # noqa: E402
 )
 from voxserve.text.split import split_sentences  # noqa: E402
 
+NOISE_OFF = {"noise_scale": 0.0, "noise_w": 0.0}  # the server's options: what DETERMINISTIC is to a Piper voice
 READ_S = 60.0  # one event (the real voices synthesise on a shared 2-core machine)
 MAX_EVENTS = 5000  # events one exchange may take before the test calls it runaway
 
@@ -249,7 +251,7 @@ def test_synthesize_equals_library_synthesis_in_1024_sample_chunks(real_engine, 
     text = "The train to Boston leaves from platform nine. Please hold while I transfer your call."
 
     async def go():
-        async with wyoming_server(real_engine, options=voxserve.DETERMINISTIC) as server, client(server) as c:
+        async with wyoming_server(real_engine, options=NOISE_OFF) as server, client(server) as c:
             joe = await synthesize(c, text)  # no voice: the first loaded one
             tiny = await synthesize(c, "Good morning. See you soon.",
                                     SynthesizeVoice(name="tiny-multi", speaker="spk2"))
@@ -263,10 +265,10 @@ def test_synthesize_equals_library_synthesis_in_1024_sample_chunks(real_engine, 
     assert_pcm_close(joe.pcm, float_to_int16(joe_voice.synthesize(text, voxserve.DETERMINISTIC).samples), "joe")
     assert_chunking(tiny, 16000)
     ref = tiny_voice.synthesize("Good morning. See you soon.",
-                                voxserve.SynthesisOptions(noise_scale=0, noise_w=0, speaker="spk2"))
+                                PiperOptions(noise_scale=0, noise_w=0, speaker="spk2"))
     assert_pcm_close(tiny.pcm, float_to_int16(ref.samples), "tiny spk2")
     other = tiny_voice.synthesize("Good morning. See you soon.",
-                                  voxserve.SynthesisOptions(noise_scale=0, noise_w=0, speaker="spk0"))
+                                  PiperOptions(noise_scale=0, noise_w=0, speaker="spk0"))
     assert not np.array_equal(float_to_int16(other.samples), tiny.pcm)  # the speaker was used
     assert by_language.start.rate == 22050  # "en" chose the first voice speaking en_US
 
@@ -277,7 +279,7 @@ def test_streamed_text_split_mid_sentence_equals_one_shot(real_engine, joe_voice
     text = "".join(pieces)
 
     async def go():
-        async with wyoming_server(real_engine, options=voxserve.DETERMINISTIC) as server, client(server) as c:
+        async with wyoming_server(real_engine, options=NOISE_OFF) as server, client(server) as c:
             streamed = await stream(c, pieces)
             one_shot = await synthesize(c, text)
             return streamed, one_shot

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from voxserve import SynthesisOptions
+from voxserve.families.piper import PiperOptions
 from voxserve.options import DETERMINISTIC
 from voxserve.text import normalize_text, phonemize, split_sentences
 
@@ -404,7 +404,7 @@ def test_frontend_normalize_switch(joe_voice):
 @pytest.mark.parametrize("normalize,expected", [(None, "five dollars and ten cents."), (True, "five dollars and ten cents."),
                                                 (False, "$5.10.")])
 def test_voice_units_honour_the_option(joe_voice, normalize, expected):
-    units = list(joe_voice.units("$5.10.", SynthesisOptions(normalize=normalize)))
+    units = list(joe_voice.units("$5.10.", PiperOptions(normalize=normalize)))
     assert [u.text for u in units] == [expected]
 
 
@@ -413,8 +413,8 @@ def test_cli_flag(flag, value):
     from voxserve.cli import build_parser, options_from
 
     ns = build_parser().parse_args(["say", "--normalize", flag, "$5"])
-    assert options_from(ns).normalize is value
-    assert options_from(build_parser().parse_args(["say", "$5"])).normalize is None
+    assert options_from(ns, PiperOptions).normalize is value
+    assert options_from(build_parser().parse_args(["say", "$5"]), PiperOptions).normalize is None
 
 
 def test_cli_flag_refuses_other_values(capsys):

@@ -10,12 +10,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import voxserve
-from voxserve import InvalidOptionError, SynthesisOptions
+from voxserve import InvalidOptionError
 from voxserve.errors import InvalidInputError
+from voxserve.families.piper import PiperOptions
 from voxserve.text.ssml import MAX_DEPTH, Break, Span, looks_like_ssml, parse_ssml, say_as
 
-QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)  # durations and samples deterministic
+QUIET = PiperOptions(noise_scale=0.0, noise_w=0.0)  # durations and samples deterministic
 
 
 # ---------------------------------------------------------------- parser
@@ -132,12 +132,12 @@ def test_speak_root_is_read_as_ssml(joe_voice):
     ssml = [s.text for s in joe_voice.units('<speak>Hello <sub alias="there">here</sub>.</speak>')]
     assert ssml == ["Hello there."]
     # input_format="text" reads the tags as text; "ssml" requires a document
-    assert [u.text for u in joe_voice.units("<speak>Hi.</speak>", SynthesisOptions(input_format="text"))] \
+    assert [u.text for u in joe_voice.units("<speak>Hi.</speak>", PiperOptions(input_format="text"))] \
         == ["<speak>Hi.</speak>"]
     with pytest.raises(InvalidInputError, match="root element must be <speak>|no element found|syntax error"):
-        joe_voice.units("Hello.", SynthesisOptions(input_format="ssml"))
+        joe_voice.units("Hello.", PiperOptions(input_format="ssml"))
     with pytest.raises(InvalidOptionError, match="input_format"):
-        joe_voice.units("Hello.", SynthesisOptions(input_format="xml"))
+        joe_voice.units("Hello.", PiperOptions(input_format="xml"))
 
 
 def test_phoneme_is_said_as_given(joe_voice):
@@ -167,7 +167,7 @@ def test_break_is_exact_silence(joe_voice, attr, seconds):
 
 def test_break_adds_to_sentence_silence_and_ends_a_text(joe_voice):
     sr = joe_voice.sample_rate
-    opts = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sentence_silence=0.25)
+    opts = PiperOptions(noise_scale=0.0, noise_w=0.0, sentence_silence=0.25)
     plain = _len(joe_voice, "<speak>One. Two.</speak>", opts)
     assert _len(joe_voice, '<speak>One. <break time="1s"/>Two.</speak>', opts) - plain == sr
     assert _len(joe_voice, '<speak>One. Two.<break time="1s"/></speak>', opts) - plain == sr + round(0.25 * sr)
@@ -182,7 +182,7 @@ def test_prosody_rate_changes_duration_in_proportion(joe_voice):
     assert 1.6 <= slow / normal <= 2.1  # twice as slow (the voice's fixed edges make it a little less)
     assert 0.6 <= fast / normal <= 1 / 1.5 + 0.05  # x-fast: 1.5 times as fast
     # it is the length scale: as the speed option gives it
-    assert slow == _len(joe_voice, text, SynthesisOptions(noise_scale=0.0, noise_w=0.0, speed=0.5))
+    assert slow == _len(joe_voice, text, PiperOptions(noise_scale=0.0, noise_w=0.0, speed=0.5))
 
 
 def test_ssml_audio_streams(joe_voice):

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import VoiceLoadError
+from ..options import OptionRule, SynthesisOptions, option_rules
 
 if TYPE_CHECKING:
     from ..voice import Voice
@@ -129,6 +130,11 @@ class Family:
     families), which `scan` then finds in `folder` (`voxserve voices add`)."""
     download: VoiceDownload | None = None
     """Where its voices can be fetched by name (`voxserve voices download`), if anywhere."""
+    synthesis_options: type[SynthesisOptions] = SynthesisOptions
+    """What its voices take per request (what they say, not how they run): SynthesisOptions or
+    a subclass with the family's own knobs, each with its rule (voxserve.options). Its voices'
+    `synthesis_options`; the servers' request schema and the CLI's flags hold every registered
+    family's fields, a name several families share with one rule (checked at registration)."""
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -137,6 +143,9 @@ class Family:
             raise ValueError(f"a family prefix is a letter and one or more letters or digits, not {self.prefix!r}")
         if self.runner_kind not in RUNNER_KINDS:
             raise ValueError(f"runner_kind must be one of {RUNNER_KINDS}, not {self.runner_kind!r}")
+        if not (isinstance(self.synthesis_options, type) and issubclass(self.synthesis_options, SynthesisOptions)):
+            raise ValueError(f"synthesis_options is SynthesisOptions or a subclass, not {self.synthesis_options!r}")
+        option_rules(self.synthesis_options)  # every field has its rule (a TypeError names one that has none)
 
 
 def is_prefix(text: str) -> bool:
@@ -163,6 +172,13 @@ def register_family(family: Family) -> Family:
             for f in _families.values():
                 if f.prefix == family.prefix:
                     raise ValueError(f"prefix {family.prefix!r} is already family {f.name!r}'s")
+        mine = option_rules(family.synthesis_options)
+        for f in _families.values():
+            for name, rule in option_rules(f.synthesis_options).items():
+                if name in mine and mine[name] != rule:
+                    raise ValueError(f"synthesis option {name!r} of family {family.name!r} has another rule than "
+                                     f"family {f.name!r}'s: a name that two families share has one rule "
+                                     f"(declare it once, voxserve.options.option())")
         _families[family.name] = family
     return family
 
@@ -207,6 +223,29 @@ def runtime_fields() -> dict[str, list[tuple[Family, Any]]]:
     for fam in families().values():
         for f in fields(fam.options_type):
             out.setdefault(f.name, []).append((fam, f))
+    return out
+
+
+def synthesis_rules() -> Mapping[str, OptionRule]:
+    """Every registered family's synthesis options, by name, each once with its rule: the
+    common ones (SynthesisOptions) first, then each family's own in family order. What the
+    servers' request schema and the CLI's flags offer."""
+    out = dict(option_rules(SynthesisOptions))
+    for fam in families().values():
+        for name, rule in option_rules(fam.synthesis_options).items():
+            out.setdefault(name, rule)
+    return out
+
+
+def synthesis_families() -> dict[str, list[str]]:
+    """The names of the families that take each synthesis option that not every voice takes
+    (for help texts: "noise_scale": ["piper", "sbv2"])."""
+    common = set(option_rules(SynthesisOptions))
+    out: dict[str, list[str]] = {}
+    for fam in families().values():
+        for name in option_rules(fam.synthesis_options):
+            if name not in common:
+                out.setdefault(name, []).append(fam.name)
     return out
 
 

@@ -18,7 +18,14 @@ import logging
 import os
 
 from ..errors import VoiceLoadError, VoxserveError
-from ..flags import load_option_args, load_options_from, options_args, options_from, runtime_names, settings_args
+from ..flags import (
+    load_option_args,
+    load_options_from,
+    option_values,
+    options_args,
+    runtime_names,
+    settings_args,
+)
 from .config import ServeSettings
 from .settings import settings_from
 
@@ -115,7 +122,7 @@ def cmd_wyoming(ns: argparse.Namespace) -> int:
 
     wy = _wyoming_module()
     settings = settings_from(ns)
-    config = wyoming_config(settings, ns.uri or settings.server.wyoming or wy.DEFAULT_URI, options_from(ns).validate())
+    config = wyoming_config(settings, ns.uri or settings.server.wyoming or wy.DEFAULT_URI, option_values(ns))
     _allocator(ns)
     try:
         engine = build_engine(settings, load_options_from(ns))

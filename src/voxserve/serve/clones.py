@@ -90,14 +90,12 @@ class ClonedVoices:
     def cloners(self) -> list[str]:
         return [n for n, v in self.engine.voices.items() if isinstance(v, Voice) and v.clones]
 
-    def resolve(self, name: str, options: SynthesisOptions) -> tuple[str, SynthesisOptions] | None:
-        """(the loaded voice, the options with its speaker) of a voice made here; None for others."""
-        base = self.made.get(name)
-        if base is None:
-            return None
+    def with_speaker(self, name: str, options: SynthesisOptions) -> SynthesisOptions:
+        """The options of a request to voice `name`, made here, as its maker's voice takes them:
+        with its speaker."""
         if options.speaker not in (None, name, 0):
             raise UnknownSpeakerError(options.speaker, name, [name])
-        return base, replace(options, speaker=name)
+        return replace(options, speaker=name)
 
     async def add(self, name: str, recording: bytes, text: str, model: str | None) -> str:
         """Make and save voice `name`; the loaded voice that speaks it."""

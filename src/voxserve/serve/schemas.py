@@ -2,19 +2,23 @@
 
 The schema checks types only, and strictly (a JSON number for a number, true/false for a
 boolean: `"speed": true` or `"stream": "yes"` is a 422, not a silent coercion). Ranges appear in
-the OpenAPI schema but are checked by the options' own rules (`SynthesisOptions.validate()`, at
-admission), the one place for bounds, so that they come back as 400 with the library's message.
-The synthesis-option fields are built from SynthesisOptions' rules (`option_fields`).
+the OpenAPI schema but are checked by the options' own rules (`OptionRule.check`, when the
+request's options become its voice's: `voxserve.options.options_for`), the one place for bounds,
+so that they come back as 400 with the library's message. The synthesis-option fields are every
+registered family's (`voxserve.families.synthesis_rules`: each name once, with its one rule);
+a request's voice takes those of its family's class and ignores the others (docs/serving.md,
+"Options and families").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 
-from ..options import OptionRule, SynthesisOptions, option_rules
-
+from ..families import synthesis_families, synthesis_rules
+from ..options import OptionRule
 from ..voices.registry import OPENAI_VOICES  # noqa: F401  (the aliases; reserved as voice names there)
 
 # Model names OpenAI clients send (the SDK's SpeechModel); all of them mean "this server's engine".
@@ -39,10 +43,14 @@ def option_type(rule: OptionRule) -> Any:
             | Annotated[StrictStr, Field(json_schema_extra={"minLength": 1, "maxLength": rule.max_len})])
 
 
-def option_fields(options_type: type = SynthesisOptions) -> dict[str, tuple[Any, Any]]:
-    """pydantic field definitions for every option of an options dataclass (default None)."""
-    return {name: (option_type(rule) | None, Field(default=None, description=rule.help_text))
-            for name, rule in option_rules(options_type).items()}
+def option_fields(rules: Mapping[str, OptionRule]) -> dict[str, tuple[Any, Any]]:
+    """pydantic field definitions for options by their rules (default None); the description
+    names the families that take one that not every voice takes."""
+    takers = synthesis_families()
+    return {name: (option_type(rule) | None,
+                   Field(default=None, description=rule.help_text + (f" [{', '.join(takers[name])} voices]"
+                                                                     if name in takers else "")))
+            for name, rule in rules.items()}
 
 
 class VoiceRef(BaseModel):
@@ -54,13 +62,14 @@ class VoiceRef(BaseModel):
 
 
 class _OptionsBody(BaseModel):
-    """A request body that carries the fields of an options dataclass (added by create_model)."""
+    """A request body that carries synthesis options (fields added by create_model)."""
 
-    options_type: ClassVar[type] = SynthesisOptions
+    option_rules: ClassVar[Mapping[str, OptionRule]] = {}
 
-    def options(self):
-        """The request's options (not yet validated: admission does that)."""
-        return self.options_type(**{name: getattr(self, name) for name in option_rules(self.options_type)})
+    def option_values(self) -> dict[str, Any]:
+        """The request's options by name (None: not set), not yet checked against their rules:
+        `voxserve.options.options_for` does that, making them the voice's class."""
+        return {name: getattr(self, name) for name in self.option_rules}
 
 
 class _SpeechBase(_OptionsBody):
@@ -80,20 +89,20 @@ class _SpeechBase(_OptionsBody):
         return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
 
-def speech_request_model(options_type: type = SynthesisOptions) -> type[_SpeechBase]:
+def speech_request_model(rules: Mapping[str, OptionRule] | None = None) -> type[_SpeechBase]:
     """The body of POST /v1/audio/speech: OpenAI's fields (so that its SDKs work unchanged) plus
-    every field of `options_type` as an optional extension (an OpenAI client sends them in
-    `extra_body`); `speed` keeps OpenAI's default, 1.0,
+    every synthesis option (`rules`, default every registered family's) as an optional extension
+    (an OpenAI client sends them in `extra_body`); `speed` keeps OpenAI's default, 1.0,
     and out of range is a 400, as OpenAI answers."""
+    rules = dict(synthesis_rules() if rules is None else rules)
     return create_model("SpeechRequest", __base__=_SpeechBase, __doc__=speech_request_model.__doc__,
-                        options_type=(ClassVar[type], options_type), **_speech_option_fields(options_type))
+                        option_rules=(ClassVar[Mapping[str, OptionRule]], rules), **_speech_option_fields(rules))
 
 
-def _speech_option_fields(options_type: type) -> dict[str, tuple[Any, Any]]:
-    """The options of the speech route: every field of `options_type`, `speed` with OpenAI's default."""
-    fields = option_fields(options_type)
-    speed = option_rules(options_type)["speed"]
-    fields["speed"] = (option_type(speed), Field(1.0, description=speed.help_text))
+def _speech_option_fields(rules: Mapping[str, OptionRule]) -> dict[str, tuple[Any, Any]]:
+    """The options of the speech route: every option, `speed` with OpenAI's default."""
+    fields = option_fields(rules)
+    fields["speed"] = (option_type(rules["speed"]), Field(1.0, description=rules["speed"].help_text))
     return fields
 
 
@@ -118,11 +127,12 @@ class _StreamStartBase(_OptionsBody):
         return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
 
-def stream_start_model(options_type: type = SynthesisOptions) -> type[_StreamStartBase]:
+def stream_start_model(rules: Mapping[str, OptionRule] | None = None) -> type[_StreamStartBase]:
     """The first message of the /v1/audio/speech/stream WebSocket: {"type": "start"}, the voice,
     the format (default pcm) and the options of /v1/audio/speech (the same fields and defaults)."""
+    rules = dict(synthesis_rules() if rules is None else rules)
     return create_model("SpeechStreamStart", __base__=_StreamStartBase, __doc__=stream_start_model.__doc__,
-                        options_type=(ClassVar[type], options_type), **_speech_option_fields(options_type))
+                        option_rules=(ClassVar[Mapping[str, OptionRule]], rules), **_speech_option_fields(rules))
 
 
 SpeechStreamStart = stream_start_model()
@@ -156,11 +166,13 @@ class _SynthesizeBase(_OptionsBody):
     """True: chunked bytes as sentences are made; False: the whole file, with Content-Length."""
 
 
-def synthesize_request_model(options_type: type = SynthesisOptions) -> type[_SynthesizeBase]:
-    """The body of POST /v1/synthesize: text, voice, format, stream and every field of
-    `options_type` (for a Bark voice, `speaker` is a preset name or its index in /v1/voices)."""
+def synthesize_request_model(rules: Mapping[str, OptionRule] | None = None) -> type[_SynthesizeBase]:
+    """The body of POST /v1/synthesize: text, voice, format, stream and every synthesis option
+    (`rules`, default every registered family's; for a Bark voice, `speaker` is a preset name
+    or its index in /v1/voices)."""
+    rules = dict(synthesis_rules() if rules is None else rules)
     return create_model("SynthesizeRequest", __base__=_SynthesizeBase, __doc__=synthesize_request_model.__doc__,
-                        options_type=(ClassVar[type], options_type), **option_fields(options_type))
+                        option_rules=(ClassVar[Mapping[str, OptionRule]], rules), **option_fields(rules))
 
 
 SynthesizeRequest = synthesize_request_model()
@@ -190,6 +202,9 @@ class VoiceInfo(BaseModel):
     languages: list[str] = []
     """The languages it speaks, BCP-47 ("en-US", "ja": `Voice.language_codes`); where it
     speaks several, the `language` option takes each."""
+    options: list[str] = []
+    """The synthesis options it takes (its family's class: `Voice.synthesis_options`); a
+    request's others are ignored."""
     default: bool
 
 

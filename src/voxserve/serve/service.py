@@ -10,7 +10,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import numpy as np
 from starlette.requests import HTTPConnection, Request
@@ -19,7 +20,8 @@ from ..audio import EncoderOwner, SentenceJoiner, encode_audio, open_stream_enco
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..engine.held_audio import HeldAudio
 from ..errors import EngineClosedError, TextTooLongError, UnknownVoiceError, VoxserveError
-from ..options import SynthesisOptions
+from ..families import synthesis_rules
+from ..options import SynthesisOptions, options_for
 from ..voices.registry import OPENAI_VOICES, resolve_voice
 from .clones import ClonedVoices
 from .config import AppConfig
@@ -84,14 +86,19 @@ class SpeechService:
         raise UnknownVoiceError(name, sorted(engine.voices))  # installed but not loaded here
 
     def voice_and_options(self, name: str | None, openai: bool,
-                          options: SynthesisOptions) -> tuple[str, SynthesisOptions]:
-        """The loaded voice a request names and its options: a voice made over HTTP
+                          values: Mapping[str, Any]) -> tuple[str, SynthesisOptions]:
+        """The loaded voice a request names and its options (name -> value, None: unset) as
+        that voice's class (`options_for`: each value checked against its rule, InvalidOptionError
+        naming a bad one; another family's options dropped); a voice made over HTTP
         (`ClonedVoices`) is its maker's voice with its speaker."""
+        rules = synthesis_rules()
         if name is not None and name not in self.engine.voices:
-            made = self.clones.resolve(name, options)
-            if made is not None:
-                return made
-        return self.voice_for(name, openai), options
+            base = self.clones.made.get(name)
+            if base is not None:
+                return base, self.clones.with_speaker(name, options_for(self.engine.voice(base).synthesis_options,
+                                                                        values, rules))
+        voice = self.voice_for(name, openai)
+        return voice, options_for(self.engine.voice(voice).synthesis_options, values, rules)
 
     def check_model(self, model: str) -> None:
         if model not in OPENAI_MODELS and model != MODEL_ID and model not in self.engine.voices:

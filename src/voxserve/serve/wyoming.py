@@ -24,7 +24,8 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import numpy as np
@@ -47,7 +48,8 @@ from ..errors import (
     UnpronounceableTextError,
     VoxserveError,
 )
-from ..options import SynthesisOptions
+from ..families import synthesis_rules
+from ..options import SynthesisOptions, check_values, options_for
 from ..text.split import SentenceBuffer
 
 log = logging.getLogger(__name__)
@@ -82,8 +84,9 @@ class WyomingConfig:
     """Seconds a client has to send the rest of an event it has begun, or to take one we send."""
     request_timeout_s: float = 600.0
     """A request (each engine request of a streamed one) still running after this is cancelled."""
-    options: SynthesisOptions = field(default_factory=SynthesisOptions)
-    """Options every request uses (the protocol carries only voice, speaker and language)."""
+    options: Mapping[str, object] = field(default_factory=dict)
+    """Synthesis options every request uses (the protocol carries only voice, speaker and
+    language), by name: each voice takes those of its family's class, as over HTTP."""
 
     def validate(self) -> "WyomingConfig":
         parse_uri(self.uri)
@@ -93,7 +96,7 @@ class WyomingConfig:
         for name in ("idle_timeout_s", "io_timeout_s", "request_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be over 0 s, got {getattr(self, name)}")
-        self.options.validate()
+        check_values(self.options, synthesis_rules())
         return self
 
 
@@ -308,8 +311,12 @@ class _Connection:
         # other events (ping, audio of other programs) are not for a TTS server: ignored
 
     def _voice_and_options(self, data: dict) -> tuple[str, SynthesisOptions]:
+        name, values = self._voice_and_values(data)
+        return name, options_for(self.engine.voice(name).synthesis_options, values, synthesis_rules())
+
+    def _voice_and_values(self, data: dict) -> tuple[str, dict]:
         voice = data.get("voice")
-        opts = self.config.options
+        opts = dict(self.config.options)
         if voice is None:
             return self.server.default_voice, opts
         if not isinstance(voice, dict):
@@ -324,11 +331,11 @@ class _Connection:
         elif lang is not None:
             name, lang_option = self.server.voice_for_language(lang)
             if lang_option is not None:
-                opts = replace(opts, language=lang_option)
+                opts["language"] = lang_option
         else:
             name = self.server.default_voice
         if speaker is not None:
-            opts = replace(opts, speaker=speaker)
+            opts["speaker"] = speaker
         return name, opts
 
     def _new_job(self, data: dict, streaming: bool) -> _Job:

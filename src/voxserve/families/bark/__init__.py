@@ -16,6 +16,7 @@ from pathlib import Path
 from ...errors import VoiceLoadError
 from .. import Family, VoiceSource, register_family
 from .options import BarkRuntimeOptions, BarkVoiceConfig
+from .synthesis import BarkOptions
 
 NAME = "bark"
 
@@ -60,6 +61,7 @@ FAMILY = register_family(Family(
     name=NAME,
     load=_load,
     options_type=BarkRuntimeOptions,
+    synthesis_options=BarkOptions,
     source=_source,
     prefix="bark",
     hint=_hint,
@@ -68,4 +70,4 @@ FAMILY = register_family(Family(
     runner_kind="step",
 ))
 
-__all__ = ["FAMILY", "BarkRuntimeOptions", "BarkVoiceConfig"]
+__all__ = ["FAMILY", "BarkOptions", "BarkRuntimeOptions", "BarkVoiceConfig"]

@@ -14,7 +14,8 @@ Nothing is ever downloaded.
 
 `load_voice` takes `runtime=BarkRuntimeOptions(...)` for how it runs (attention, CPU offload);
 `load_bark_voice(..., config=BarkVoiceConfig(...))` changes a voice's defaults (temperatures,
-sentence length). Per request: SynthesisOptions.speaker (a preset name), .seed, .temperature.
+sentence length). Per request: BarkOptions (synthesis.py): .speaker (a preset name), .seed,
+.temperature.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ...text.normalize import normalize_unicode
 from ...text.split import split_long, split_sentences
 from ...voice import Unit, Voice, limited, run_steps, sentence_seed
 from .options import BarkRuntimeOptions, BarkVoiceConfig
+from .synthesis import BarkOptions
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +324,7 @@ class BarkVoice(Voice):
     # ---------------------------------------------------------------- seams
     def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
         check_text(text)
-        opts = (options or SynthesisOptions()).validate()
+        opts = BarkOptions.of(options)
         if opts.speed is not None and opts.speed != 1.0:
             raise InvalidOptionError("speed", "Bark voices speak at their own rate; only 1.0 is supported")
         speaker = self.resolve_speaker(opts.speaker)

@@ -21,6 +21,7 @@ from pathlib import Path
 from ...errors import VoiceLoadError
 from .. import Family, VoiceSource, register_family
 from .options import LANGUAGE_CODES, CosyRuntimeOptions
+from .synthesis import CosyOptions
 
 NAME = "cosyvoice2"
 def _source(path: Path, name: str | None = None) -> VoiceSource:
@@ -83,6 +84,7 @@ FAMILY = register_family(Family(
     name=NAME,
     load=_load,
     options_type=CosyRuntimeOptions,
+    synthesis_options=CosyOptions,
     source=_source,
     prefix="cosyvoice2",
     check=_check,
@@ -95,4 +97,4 @@ FAMILY = register_family(Family(
     add_voice=_add_voice,
 ))
 
-__all__ = ["FAMILY", "CosyRuntimeOptions"]
+__all__ = ["FAMILY", "CosyOptions", "CosyRuntimeOptions"]

@@ -11,9 +11,10 @@ together.
     voice.add_prompt("alice", wave, 16000, "the transcript of the recording")
     voice.synthesize("Hello there.", SynthesisOptions(speaker="alice", seed=1))
 
-Per request: SynthesisOptions.speaker (a saved speaker or prompt), .seed (the sampler's
-stream), .speed (0.25-4: the sentence's mel is stretched, so the sentence is made whole, not in
-chunks), .normalize (English numbers and the like read out; default on).
+Per request: CosyOptions (synthesis.py): .speaker (a saved speaker or prompt), .seed (the
+sampler's stream), .speed (0.25-4: the sentence's mel is stretched, so the sentence is made
+whole, not in chunks), .normalize (English numbers and the like read out; default on),
+.instructions, .cross_lingual.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ...voice import Unit, Voice, limited, run_steps, sentence_seed
 from .options import LANGUAGE_CODES
 from .runner import CosyStepRunner
 from .store import save_voice
+from .synthesis import CosyOptions
 
 CHARS_PER_SECOND = 14.0  # read English: ~150 words a minute
 WIDE_CHAR_WEIGHT = 3  # a CJK character is about a syllable
@@ -191,10 +193,7 @@ class CosyVoice2Voice(Voice):
     # ---------------------------------------------------------------- seams
     def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
         check_text(text)
-        opts = (options or SynthesisOptions()).validate()
-        if opts.temperature is not None:
-            raise InvalidOptionError("temperature", "CosyVoice 2 samples with its own rule (top-p 0.8, top-k 25, "
-                                     "repetition-aware); temperature is not an option of its voices")
+        opts = CosyOptions.of(options)
         prompt = self.prompt(opts.speaker)
         speed = 1.0 if opts.speed is None else float(opts.speed)
         normalize = opts.normalize is not False

@@ -19,6 +19,7 @@ from .. import Family, LoadOption, VoiceDownload, VoiceSource, register_family
 from . import download
 from .config import config_language, language_codes
 from .options import PiperRuntimeOptions
+from .synthesis import PiperOptions
 
 NAME = "piper"
 
@@ -87,6 +88,7 @@ FAMILY = register_family(Family(
     name=NAME,
     load=_load,
     options_type=PiperRuntimeOptions,
+    synthesis_options=PiperOptions,
     source=piper_source,
     prefix="piper",
     recognise=_recognise,
@@ -101,4 +103,4 @@ FAMILY = register_family(Family(
     download=VoiceDownload(download.BASE_URL, download.matches, "en_US-lessac-medium", download.fetch_voice),
 ))
 
-__all__ = ["FAMILY", "PiperRuntimeOptions", "piper_source"]
+__all__ = ["FAMILY", "PiperOptions", "PiperRuntimeOptions", "piper_source"]

@@ -11,14 +11,15 @@ import numpy as np
 
 from ...audio import silence_samples
 from ...errors import UnknownSpeakerError, UnpronounceableTextError
-from ...runtime.allocator import release_free_memory
 from ...options import SynthesisOptions
+from ...runtime.allocator import release_free_memory
 from ...text.aligned import Aligned
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
 from ...text.ssml import Break, Span
 from ...voice import MAX_BATCH_COST, Piece, Unit, Voice, limited, sentence_seed
 from .config import VoiceConfig
+from .synthesis import PiperOptions
 from .words import SourceWords, WordSpan, word_spans, word_times
 
 CPU_BATCH_COST = 1024  # phoneme ids: about 4-8 sentences
@@ -125,7 +126,7 @@ class VitsVoice(Voice):
 
     def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
         check_text(text)
-        opts = (options or SynthesisOptions()).validate()
+        opts = PiperOptions.of(options)
         self.speaker_id(opts.speaker)  # unknown speaker: fail now, not mid-stream
         spoken = opts.normalize is not False  # None (unset) reads numbers, dates, ... as words
         doc = self.frontend.document(text, opts.input_format)  # malformed SSML: fail now
@@ -175,11 +176,11 @@ class VitsVoice(Voice):
     def predicted_audio_s(self, text: str, options: SynthesisOptions | None = None) -> float:
         """Voice.predicted_audio_s over the text without its markup, plus its SSML breaks (a
         whole answer of breaks holds their silence: issue 49's 1790 s from 3.4 KB)."""
-        opts = options or SynthesisOptions()
+        opts = PiperOptions.of(options)
         doc = self.frontend.document(text, opts.input_format)
         breaks = sum(b.seconds for b in doc if isinstance(b, Break))
         said = " ".join(span.text for span in doc if isinstance(span, Span))
-        return super().predicted_audio_s(said, options) + breaks
+        return super().predicted_audio_s(said, opts) + breaks
 
     # A low estimate of the audio per phoneme id at length scale 1, below what Piper voices make
     # over ordinary sentences (docs/benchmarks.md, "Figures behind the code's defaults"), so
@@ -233,13 +234,13 @@ class VitsVoice(Voice):
 
     def synthesize_ids(self, ids: Sequence[Sequence[int]], options: SynthesisOptions | None = None) -> list[np.ndarray]:
         """Phoneme ids -> audio, skipping the text front end (for parity tests and tools)."""
-        opts = (options or SynthesisOptions()).validate()
+        opts = PiperOptions.of(options)
         units = [
             Unit(i, "", len(x), self._item(x, opts, i)) for i, x in enumerate(ids)
         ]
         return self.run_units(units)
 
-    def _item(self, ids: Sequence[int], opts: SynthesisOptions, index: int, rate: float = 1.0):
+    def _item(self, ids: Sequence[int], opts: PiperOptions, index: int, rate: float = 1.0):
         from .runner import VitsItem
 
         c = self.config

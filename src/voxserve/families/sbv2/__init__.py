@@ -17,6 +17,7 @@ from pathlib import Path
 from ...errors import VoiceLoadError
 from .. import Family, LoadOption, VoiceSource, register_family
 from .folder import BERT_DIR_ENV, FRONTEND_LANGUAGES, is_jp_extra, language_codes
+from .synthesis import Sbv2Options
 
 NAME = "sbv2"
 
@@ -88,6 +89,7 @@ FAMILY = register_family(Family(
     name=NAME,
     load=_load,
     options_type=Sbv2RuntimeOptions,
+    synthesis_options=Sbv2Options,
     source=_source,
     prefix="sbv2",
     check=_check,
@@ -100,4 +102,4 @@ FAMILY = register_family(Family(
                              env=BERT_DIR_ENV),),
 ))
 
-__all__ = ["FAMILY", "Sbv2RuntimeOptions"]
+__all__ = ["FAMILY", "Sbv2Options", "Sbv2RuntimeOptions"]

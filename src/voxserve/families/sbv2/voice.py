@@ -39,6 +39,7 @@ from ...voice import Piece, SharedComponent, Unit, Voice, limited, sentence_seed
 from .bert import BERT_DIM, BERT_FOLDERS, SbvBert, normalise_device, shared_bert
 from .folder import BERT_DIR_ENV, FRONTEND_LANGUAGES, language_codes
 from .loader import Sbv2Checkpoint, load_sbv2_checkpoint, style_vector
+from .synthesis import Sbv2Options
 from .text import UnsupportedLanguageError, check_language, english, japanese, sentence_text
 
 # The synthesizer parts that stay fp32 under each dtype: the text encoder and both duration
@@ -259,7 +260,7 @@ class Sbv2Voice(Voice):
     # ------------------------------------------------------------------ seams
     def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
         check_text(text)
-        opts = (options or SynthesisOptions()).validate()
+        opts = Sbv2Options.of(options)
         lang = self.language_of(opts.language)
         sid = self.speaker_id(opts.speaker)
         sv = style_vector(self.checkpoint.style_vectors, self.style_id(opts.style),

@@ -75,7 +75,7 @@ async def _sse(svc: SpeechService, request: Request, stream: SpeechStream, encod
 @router.post("/v1/audio/speech")
 async def speech(req: SpeechRequest, request: Request, svc: SpeechService = Depends(service)):
     svc.check_model(req.model)
-    voice, options = svc.voice_and_options(req.voice_name, True, req.options())
+    voice, options = svc.voice_and_options(req.voice_name, True, req.option_values())
     if req.stream_format == "audio":
         # FLAC records its length (STREAMINFO total samples) only if known before its first
         # byte; libsndfile (soundfile.read) cannot read one without it: sent whole
@@ -99,7 +99,7 @@ async def captioned_speech(req: CaptionedSpeechRequest, request: Request, svc: S
     """The speech body, answered as JSON: the whole file (base64) and its words, or with
     `stream`, NDJSON lines of one sentence each (pcm or wav), words in whole-audio time."""
     svc.check_model(req.model)
-    voice, options = svc.voice_and_options(req.voice_name, True, req.options())
+    voice, options = svc.voice_and_options(req.voice_name, True, req.option_values())
     if not getattr(svc.engine.voice(voice), "word_timestamps", False):  # (fakes lack it)
         raise BadRequest(f"voice {voice!r} gives no word timestamps; use /v1/audio/speech", "voice",
                          "unsupported_voice")

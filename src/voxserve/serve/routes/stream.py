@@ -25,8 +25,8 @@ import json
 import logging
 
 from fastapi import APIRouter, Depends, WebSocket
-from starlette.websockets import WebSocketState
 from pydantic import ValidationError
+from starlette.websockets import WebSocketState
 
 from ...audio import EncoderOwner, SentenceJoiner
 from ...engine import SpeechStream
@@ -139,7 +139,7 @@ class _Session:
         svc = self.svc
         svc.check_ready()
         svc.check_model(start.model)
-        self.voice, self.options = svc.voice_and_options(start.voice_name, True, start.options())
+        self.voice, self.options = svc.voice_and_options(start.voice_name, True, start.option_values())
         voice = svc.engine.voice(self.voice)
         voice.units("Hello.", self.options)  # options (a speaker too) are checked now; nothing runs
         encoder = svc.open_encoder(self.voice, start.response_format)

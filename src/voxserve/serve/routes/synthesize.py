@@ -13,5 +13,5 @@ router = APIRouter()
 
 @router.post("/v1/synthesize")
 async def synthesize(req: SynthesizeRequest, request: Request, svc: SpeechService = Depends(service)):
-    voice, options = svc.voice_and_options(req.voice, False, req.options())
+    voice, options = svc.voice_and_options(req.voice, False, req.option_values())
     return await synthesis(svc, request, req, voice, options, req.text, streaming=req.stream, chunked=req.stream)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from ...options import option_rules
 from ..clones import parse_form
 from ..http_errors import BadRequest
 from ..schemas import OPENAI_VOICES, AudioVoice, AudioVoicesResponse, VoiceInfo, VoicesResponse
@@ -20,7 +21,8 @@ def voice_infos(svc: SpeechService) -> VoicesResponse:
     for name, v in svc.engine.voices.items():
         out.append(VoiceInfo(name=name, family=getattr(v, "family", ""), sample_rate=v.sample_rate,
                              speakers=list(v.speakers), styles=list(getattr(v, "styles", ())),
-                             languages=list(v.language_codes), default=name == svc.default_voice))
+                             languages=list(v.language_codes), options=list(option_rules(v.synthesis_options)),
+                             default=name == svc.default_voice))
     for name, base in svc.clones.made.items():
         out.append(clone_info(svc, name, base))
     return VoicesResponse(voices=out, openai_aliases=sorted(OPENAI_VOICES))
@@ -29,7 +31,7 @@ def voice_infos(svc: SpeechService) -> VoicesResponse:
 def clone_info(svc: SpeechService, name: str, base: str) -> VoiceInfo:
     v = svc.engine.voice(base)
     return VoiceInfo(name=name, family=v.family, sample_rate=v.sample_rate, speakers=[name],
-                     languages=list(v.language_codes), default=False)
+                     languages=list(v.language_codes), options=list(option_rules(v.synthesis_options)), default=False)
 
 
 @router.get("/v1/voices", response_model=VoicesResponse)
