@@ -176,7 +176,8 @@ def test_json_nested_too_deeply_is_invalid_json(client, route):
 def test_voices_models_health_ready_metrics(client):
     c, *_ = client
     v = c.get("/v1/voices").json()
-    assert v["voices"][0] == {"name": "fake", "family": "fake", "sample_rate": 16000, "speakers": ["a", "b"], "styles": [], "languages": [], "default": True}
+    assert v["voices"][0] == {"name": "fake", "family": "fake", "sample_rate": 16000, "speakers": ["a", "b"], "styles": [], "languages": [],
+                               "options": ["speaker", "speed", "sentence_silence", "seed"], "default": True}
     assert "alloy" in v["openai_aliases"]
     assert "tts-1" in [m["id"] for m in c.get("/v1/models").json()["data"]]
     assert c.get("/health").json() == {"status": "ok"}

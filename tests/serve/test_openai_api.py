@@ -169,7 +169,8 @@ def test_audio_voices_lists_the_loaded_voices():
         assert body["object"] == "list" and body["voices"] == ["fake", "other"]
         assert body["data"][0] == {"id": "fake", "object": "audio.voice", "name": "fake", "created_at": 0,
                                    "family": "fake", "sample_rate": 16000, "speakers": ["a", "b"], "styles": [],
-                                   "languages": [], "default": True}
+                                   "languages": [], "options": ["speaker", "speed", "sentence_silence", "seed"],
+                                   "default": True}
         assert body["data"][1]["default"] is False and body["data"][1]["sample_rate"] == 22050
         assert "alloy" in body["openai_aliases"]
         r = c.post("/v1/audio/speech", json={"model": "tts-1", "input": TEXT, "voice": {"id": "other"},
