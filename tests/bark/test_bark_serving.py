@@ -27,6 +27,7 @@ from voxserve.engine import Engine, EngineConfig, SchedulerConfig
 from voxserve.errors import UnknownSpeakerError
 from voxserve.families.bark import BarkOptions
 from voxserve.families.bark.runner import BarkItem
+from voxserve.families.piper import PiperOptions
 from voxserve.serve.app import AppConfig, create_app
 from voxserve.voice import Voice
 
@@ -312,7 +313,11 @@ def test_voices_lists_bark_with_its_presets(app_client):
     c, *_ = app_client
     voices = {v["name"]: v for v in c.get("/v1/voices").json()["voices"]}
     assert voices["tiny-bark"] == {"name": "tiny-bark", "family": "bark", "sample_rate": 24000,
-                                   "speakers": PRESETS, "styles": [], "languages": ["en"], "default": False}
+                                   "speakers": PRESETS, "styles": [], "languages": ["en"],
+                                   "options": ["speaker", "speed", "sentence_silence", "seed", "temperature"],
+                                   "default": False}
+    assert voices["en_US-joe-medium"]["options"] == ["speaker", "speed", "sentence_silence", "seed", "noise_scale",
+                                                     "noise_w", "normalize", "input_format"]
     assert voices["en_US-joe-medium"]["sample_rate"] == 22050 and voices["en_US-joe-medium"]["default"]
 
 
@@ -400,6 +405,31 @@ def test_temperature_and_seed_pass_through(app_client, bark_voice):
         assert r.status_code == 200
         np.testing.assert_array_equal(np.frombuffer(r.content, "<i2"), float_to_int16(direct(bark_voice, text, opts)))
     assert synth(c, temperature=-1).status_code == 400
+
+
+def test_another_familys_options_are_checked_then_ignored(app_client):
+    """One request shape serves every voice (docs/serving.md, "Options and families"): Piper's
+    and CosyVoice 2's knobs change nothing on a Bark voice, but a value out of its rule is still
+    a 400 naming it."""
+    c, *_ = app_client
+    plain = synth(c, temperature=0)
+    other = synth(c, temperature=0, noise_scale=2.0, noise_w=0.0, input_format="ssml", instructions="Calmly.")
+    assert plain.status_code == other.status_code == 200, other.text
+    assert plain.content == other.content
+    bad = synth(c, noise_scale=9.0)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "noise_scale", bad.text
+
+
+def test_the_library_takes_bark_options_or_plain_ones_not_another_familys(bark_voice):
+    assert bark_voice.synthesis_options is BarkOptions
+    with pytest.raises(TypeError, match="BarkOptions"):
+        bark_voice.units("Hello.", PiperOptions(noise_scale=0.0))
+    with pytest.raises(TypeError, match="noise_scale"):
+        BarkOptions(noise_scale=0.0)
+    [u] = bark_voice.units("Hello.", voxserve.DETERMINISTIC)  # Bark's deterministic(): greedy
+    assert u.payload.temperatures == (0.0, 0.0, 0.0)
+    [u] = bark_voice.units("Hello.", bark_voice.synthesis_options(temperature=0.5, seed=3))
+    assert u.payload.temperatures[:2] == (0.5, 0.5)
 
 
 def test_model_failure_is_a_500_and_the_server_carries_on(app_client):

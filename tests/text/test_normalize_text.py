@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from voxserve.families.piper import PiperOptions
-from voxserve.options import DETERMINISTIC
 from voxserve.text import normalize_text, phonemize, split_sentences
 
 CASES: dict[str, list[tuple[str, str]]] = {
