@@ -127,7 +127,6 @@ class Sbv2Arm(VoxserveArm):
         import torch
 
         import voxserve
-        from voxserve.options import SynthesisOptions
 
         default_threads()
         self.activate()
@@ -136,7 +135,7 @@ class Sbv2Arm(VoxserveArm):
         before = torch.cuda.memory_allocated() if self.is_cuda else None
         self.voice = voxserve.load_voice(f"sbv2:{model_dir}", device=self.spec.device, bert_dir=bert_root)
         self.bert = self.voice.berts["JP"]
-        self.options = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)  # same work every round
+        self.options = self.voice.synthesis_options.deterministic()  # noise off: the same work every round
         self.sample_rate = self.voice.sample_rate
         self.device = torch.device(self.spec.device)
         # one sentence each, so that N texts are N sentences (and a request of 4 is 4 units)

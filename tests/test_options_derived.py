@@ -219,3 +219,16 @@ def test_documented_ranges_are_the_rules(doc):
         row = re.search(rf"^\| `{name}` \| ([0-9.]+) ?(?:-|\.\.) ?([0-9.]+)", text, re.M)
         assert row, f"{doc}: no range row for {name}"
         assert (float(row[1]), float(row[2])) == rule.range, f"{doc}: {name}"
+
+
+def test_say_refuses_another_familys_flag_before_the_voice_loads(tiny_voice_path, tmp_path, capsys):
+    """`voxserve say` names one voice: a flag its family does not take is a usage error (exit 2)
+    naming the families that take it, not an option silently ignored."""
+    from voxserve.cli import main
+
+    out = tmp_path / "x.wav"
+    rc = main(["say", "Hello.", "--voice", str(tiny_voice_path), "-o", str(out), "--temperature", "0.5"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "--temperature" in err and "bark" in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+    assert main(["say", "Hello.", "--voice", str(tiny_voice_path), "-o", str(out), "--noise-scale", "0"]) == 0

@@ -38,7 +38,8 @@ from wyoming.tts import (  # noqa: E402
 import voxserve  # noqa: E402
 from voxserve.audio import float_to_int16  # noqa: E402
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig  # noqa: E402
-from voxserve.families.piper import PiperOptions
+from voxserve.errors import InvalidOptionError  # noqa: E402
+from voxserve.families.piper import PiperOptions  # noqa: E402
 from voxserve.serve.wyoming import (  # noqa: E402
     SAMPLES_PER_CHUNK,
     SentenceBuffer,
@@ -661,6 +662,20 @@ def test_unix_socket_uri(fake, tmp_path):
 
     reply = run(go(), timeout=60)
     np.testing.assert_array_equal(reply.pcm, float_to_int16(voice.expected("Over a socket.")))
+
+
+def test_the_servers_options_become_each_voices_own_class(real_engine):
+    """`voxserve wyoming`'s synthesis flags are one set for every voice it serves: each value is
+    checked against its rule, then each voice takes those of its family's class (docs/serving.md,
+    "Options and families")."""
+    from voxserve.serve.wyoming import _Connection
+
+    config = WyomingConfig(uri="tcp://127.0.0.1:0", options={"noise_scale": 0.0, "temperature": 0.5, "speed": 1.2})
+    conn = _Connection(WyomingServer(real_engine, config), None, None)
+    name, opts = conn._voice_and_options({"voice": {"name": "tiny-multi", "speaker": "spk1"}})
+    assert name == "tiny-multi" and opts == PiperOptions(noise_scale=0.0, speed=1.2, speaker="spk1")
+    with pytest.raises(InvalidOptionError, match="temperature"):  # Bark's, out of its range: refused at start
+        WyomingConfig(uri="tcp://127.0.0.1:0", options={"temperature": 9.0}).validate()
 
 
 @pytest.mark.parametrize("uri", ["http://127.0.0.1:10200", "tcp://127.0.0.1", "tcp://:10200", "unix://"])

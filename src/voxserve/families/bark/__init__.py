@@ -3,7 +3,8 @@ runner (step.py: BarkStepRunner, sentences joining and leaving between decode st
 runtime/step.py), or with CPU offload by BarkRunner (runner.py: semantic -> coarse -> fine ->
 EnCodec, one generate call per batch).
 
-Modules: options (BarkRuntimeOptions, BarkVoiceConfig), voice (BarkVoice, load_bark_voice, its
+Modules: options (BarkRuntimeOptions, BarkVoiceConfig), synthesis (BarkOptions: what a request
+says), voice (BarkVoice, load_bark_voice, its
 text front end and checkpoint checks), model (attention), runner, step. transformers (the `bark` extra) is
 imported only when a voice loads.
 """

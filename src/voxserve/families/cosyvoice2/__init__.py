@@ -11,7 +11,8 @@ Modules: config (cosyvoice2.yaml as data), llm / flow / hift (the models), sampl
 repetition-aware sampling), tokenizer, frontend (prompt features through the ONNX models),
 pipeline (CosyModel: the three models on one device), schedule (a request's chunk schedule),
 runner (CosyStepRunner: continuous batching + chunked token2wav), voice, store (saved voices),
-loader (folder.py: the folder's files), options (languages, CosyRuntimeOptions). See docs/cosyvoice2.md.
+loader (folder.py: the folder's files), options (languages, CosyRuntimeOptions), synthesis
+(CosyOptions: what a request says). See docs/cosyvoice2.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ VITS (model.py), run by VitsRunner (runner.py: batched, CUDA graphs, cut sentenc
 Modules: model (VITS), onnx_import + cache (weights from the .onnx, cached as safetensors),
 config (the .onnx.json), loader (load_piper_voice), download (voices by name from the Piper
 voice repository), voice (VitsVoice), runner + stages +
-cuda_graphs + buckets (how batches run), options (PiperRuntimeOptions, Transforms), precision, transforms.
+cuda_graphs + buckets (how batches run), options (PiperRuntimeOptions, Transforms), synthesis
+(PiperOptions: what a request says), precision, transforms.
 The text front end is voxserve.text (espeak-ng phonemes -> the voice's phoneme ids).
 """
 

@@ -4,7 +4,8 @@
 
 Modules: model (the synthesizer, both variants), loader (the model folder), bert (SbvBert, the
 shared component: one per language and device), text (SBV2's JP and EN front ends), voice
-(Sbv2Voice, load_sbv2_voice), folder (what a model folder's config says, read without torch). transformers (the `sbv2` extra) is imported only when a voice
+(Sbv2Voice, load_sbv2_voice), folder (what a model folder's config says, read without torch),
+synthesis (Sbv2Options: what a request says). transformers (the `sbv2` extra) is imported only when a voice
 loads. See docs/sbv2.md.
 """
 
