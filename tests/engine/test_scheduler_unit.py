@@ -653,3 +653,77 @@ def test_a_step_voices_request_keeps_joining_while_its_sentences_run():
     add(s, "more", 1, voice="ar")
     b = s.schedule(0.0, room={"ar": 2})  # requests with nothing in flight go first
     assert [it.request_id for it in b.items] == ["new", "more"]
+
+
+# ------------------------------------------------------------- one unit: predicted device seconds
+def test_a_class_of_short_waits_is_device_time_not_cost():
+    """The same text is urgent on a fast voice and bulk work on a slow one: what the client
+    waits for is device time (main counted cost, so a Bark-like voice's 100 ids were "short")."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), FakeTime(fast=0.001, slow=0.1))
+    add(s, "f", 1, cost=100, voice="fast")  # 0.1 s
+    add(s, "s", 1, cost=100, voice="slow")  # 10 s
+    for rid in ("f", "s"):
+        s.input_done(rid)
+    short, long = Pick.short(0.5, 1), Pick.long(0.5, 1)
+    assert s.next_deadline(0.0, short) == 0.0
+    assert [b.voice for b in iter(lambda: s.schedule(0.0, short), None)] == ["fast"]
+    assert [b.voice for b in iter(lambda: s.schedule(0.0, long), None)] == ["slow"]
+
+
+def test_the_class_follows_the_speed_the_device_learns():
+    """A request's wait is predicted by the device's model as it learns: before any timing by
+    the prior, then by the voice's observed speed (the figures admission reads too)."""
+    from voxserve.engine.device_time import DeviceTime
+
+    t = DeviceTime(prior_s_per_cost=0.001)
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), t)
+    add(s, "a", 1, cost=100)
+    s.input_done("a")
+    short = Pick.short(0.5, 1)
+    assert s.next_deadline(0.0, short) == 0.0  # 100 x 1 ms: 0.1 s
+    t.observe("v", 100, 1.0)  # the device turns out slower: 10 ms per unit
+    assert s.next_deadline(0.0, short) is None and s.next_deadline(0.0, Pick.long(0.5, 1)) == 0.0
+
+
+def test_least_predicted_time_first_within_a_voice_ties_in_round_robin():
+    """Of requests whose ends are known, the one with the least device time left goes first; a
+    request whose end is unknown (front end running) goes after them."""
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0), FakeTime())
+    add(s, "open", 2, cost=1)  # cheap, but its end is not known
+    add(s, "big", 1, cost=50)
+    add(s, "small", 2, cost=10)
+    s.input_done("big")
+    s.input_done("small")
+    assert [b[0][0] for b in run_all(s, now=0.0)] == ["small", "small", "big", "open", "open"]
+
+
+def test_a_pick_is_a_frozen_request_of_one_shape():
+    """Executors build picks once; a pick cannot be changed on its way through the scheduler."""
+    import dataclasses
+
+    p = Pick.short(0.5, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.items = 2  # type: ignore[misc]
+    assert p.waits_s == (float("-inf"), 0.5) and Pick.long(0.5).waits_s == (0.5, float("inf"))
+    s = Scheduler(SchedulerConfig(max_wait_ms=1000))
+    add(s, "a", 1)
+    assert s.schedule(0.0) is None and s.schedule(0.0, NOW) is not None  # waits for companions / starts now
+
+
+def test_admission_counts_in_the_schedulers_device_seconds():
+    """Admission reads the model the scheduler orders by: nothing before the device timed
+    anything (only the sentence bound), then the same seconds."""
+    from voxserve.engine.admission import Accepted, DeviceAdmission
+    from voxserve.engine.device_time import DeviceTime
+
+    t = DeviceTime()
+    adm = DeviceAdmission(t, bound_s=1.0)
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), t)
+    assert adm.decide("v", 100, 0.0, {}, {}) is None and adm.wait_s({"v": 100}) is None
+    t.observe("v", 100, 0.5)  # 5 ms per unit
+    add(s, "x", 1, cost=400)
+    seconds_left = s.time.seconds("v", s.pending_cost("x"))
+    a, own = adm.decide("v", 100, 0.0, {"x": Accepted(seconds_left, float("inf"))}, {"v": 40})
+    assert seconds_left == pytest.approx(2.0) and own == pytest.approx(0.5)
+    assert a.wait_s == pytest.approx(0.5 * 40 * 0.005 + min(2.0, 0.5)) and a.admit
+    assert adm.wait_s({"v": 400}) == pytest.approx(2.0)

@@ -40,10 +40,10 @@ from ..runtime.cpu import fitted_team, lower_thread_priority, release_openmp_thr
 from .scheduler import ANY, Batch, Pick
 from .worker import DeviceWorker, Plan
 
-URGENT_MAX_S = 0.5
+URGENT_MAX_S = 0.15
 """A request is urgent while what its client waits for is predicted to take at most this much
-device time (the scheduler's "Urgent work"; about 160 phoneme ids, ~2 s of audio, at the
-prior speed: docs/serving.md)."""
+device time (the scheduler's "Urgent work"): about 160 phoneme ids (~2 s of audio, the bound
+measured in docs/serving.md) at ~1 ms an id, a quiet 2-core CPU's speed with its lanes busy."""
 
 log = logging.getLogger(__name__)
 

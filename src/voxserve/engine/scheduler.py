@@ -40,8 +40,8 @@ one batch. Before that order:
    rescues and the order below take turns. Under sustained overload every long request's
    sentences wait past the bound, and without the turns the order would collapse into
    oldest-first, a one-sentence request waiting behind one rescue batch per starving request;
-2. the least work between a client and what it waits for: a streaming request's first
-   sentence counts alone (time to first audio), any other request counts all it has queued
+2. the least predicted device time between a client and what it waits for (`_left_s`): a
+   streaming request's first sentence counts alone (time to first audio), any other request counts all it has queued
    (once its front end is done; unknown ends go last). So a first sentence goes ahead of long
    requests' remainders, and a short request's last sentence is not starved by the stream of
    new requests' first sentences.
@@ -75,8 +75,8 @@ needs one batch, not two), and an item over 1.25 x max_batch_phonemes runs alone
 
 In flight
 ---------
-A request has at most one batch in flight (but see "Spill"): its items are not scheduled (nor counted as due)
-while a batch holding one of them runs. With one worker thread this never binds (a batch is
+A request has at most one batch in flight (but see "Spill"): its items are not scheduled (nor
+counted as due) while a batch holding one of them runs. With one worker thread this never binds (a batch is
 completed before the next is scheduled); with several (the engine's CPU lanes) it keeps a
 request's audio in order and puts a cut sentence's rest back before its successors can run.
 
@@ -96,18 +96,17 @@ executor runs the two classes on threads of different OS priority (engine/execut
 Within a class the order above holds, rescues included (they take turns within the class),
 except within a class of short waits: requests that its work finishes (a short request, a
 long one's last sentence) go before streams' first sentences of longer requests, each group in
-arrival order. All of them wait for little, and
-least-work-first would let a stream of slightly shorter newcomers hold one back; a client whose
-request ends with the work waits for all of it, one whose stream starts with it hears audio
-and then waits for the rest anyway.
+arrival order. All of them wait for little, and least-work-first would let a stream of
+slightly shorter newcomers hold one back; a client whose request ends with the work waits for
+all of it, one whose stream starts with it hears audio and then waits for the rest anyway.
 
 Step voices
 -----------
 A voice run by a step runner (autoregressive: its sequences advance a step at a time) takes
 its items as sequences that join the running ones between steps. The caller passes `room`, how
-many more each such voice may take now (data, not a mode: it changes every step); a batch of one is then due at once (nothing is gained
-by waiting for companions: the runner batches what is active at every step), and its items stay
-in flight (`complete` per item, as each sequence finishes). The caller charges the steps' time
+many more each such voice may take now (data that changes every step, not a mode); a batch
+of one is then due at once (nothing is gained by waiting for companions: the runner batches
+what is active at every step), and its items stay in flight (`complete` per item, as each sequence finishes). The caller charges the steps' time
 to the voice (`charge`), so voices still share the device by time. A request's later sentences
 may join while earlier ones run, but never take the last free slot: a newcomer (a request with
 nothing in flight, which also goes first) joins at the next step.
