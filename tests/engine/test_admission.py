@@ -83,6 +83,8 @@ def test_speed_is_measured_from_batches_and_nothing_refused_before():
         assert all(s.done.wait(10) for s in sinks) and not any(s.error for s in sinks)
         rate = eng.cost_per_s("fake")
         assert 0.7 * 500 <= rate <= 1.05 * 500, rate
+        w = eng._workers["cpu"]
+        assert w.scheduler.time is w.admission.time is w.time  # one accounting model per device
         assert eng.queue_wait_s("fake") == pytest.approx(0.0, abs=1e-9)  # drained: nothing ahead
 
 

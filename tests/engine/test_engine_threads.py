@@ -12,6 +12,7 @@ import pytest
 from serve_fakes import FakeVoice, RecordingSink
 
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
+from voxserve.engine.device_time import PRIOR_S_PER_COST
 from voxserve.engine.executors import CpuLanes
 from voxserve.engine import Sink as EngineSink
 from voxserve.errors import (
@@ -405,7 +406,7 @@ def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes():
     """Long sentences hold the lanes; a short request is served at once on an urgent lane
     (the other lanes' threads reniced below it)."""
     reniced = []
-    lanes = two_threads(urgent_max_cost=60, nice=7, lower_priority=lambda d: reniced.append(d) or True)
+    lanes = two_threads(urgent_max_s=60 * PRIOR_S_PER_COST, nice=7, lower_priority=lambda d: reniced.append(d) or True)
     v = GatedLongVoice(long=100, concurrent_runs=True)
     long_text = "x" * 150 + ". " + "y" * 150 + "."  # two sentences: 300 to its end, not urgent
     config = EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))
@@ -481,7 +482,7 @@ def test_on_a_busy_machine_the_reniced_lanes_sit_out_and_the_urgent_lanes_take_a
     a small share of a core against them, so only the lanes at the process's priority run
     batches, of any class, two at a time; once the load is gone the other lanes work again."""
     busy = {"on": True}
-    lanes = two_threads(fitted_team=lambda n: 1 if busy["on"] else n, recheck_s=0.05, urgent_max_cost=10, spill=False)
+    lanes = two_threads(fitted_team=lambda n: 1 if busy["on"] else n, recheck_s=0.05, urgent_max_s=0.0, spill=False)
     v = FakeVoice(delay_s=0.01, concurrent_runs=True)
     ran_on = []
     run = v.run_pieces

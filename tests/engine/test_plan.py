@@ -10,6 +10,7 @@ from serve_fakes import FakeVoice, RecordingSink
 from step_fakes import FakeEncodedVoice, FakeEncoder, FakeStepVoice
 
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine.scheduler import NOW
 
 
 def kind(plan) -> str:
@@ -32,7 +33,7 @@ def test_schedule_plans_one_kind_of_work_and_calls_no_model():
     for name, s in sinks.items():
         eng.submit(name, "one. two. three.", None, s)
     wait_queued(w, 9)
-    pick = lambda now, room: w.scheduler.schedule(now, force=True, room=room)  # noqa: E731
+    pick = (NOW,)  # whatever is queued starts now
     kinds = []
     for _ in range(200):
         with w.cond:
@@ -59,7 +60,7 @@ def test_a_cancelled_sequence_leaves_its_runner_in_the_next_plan():
     w = eng._workers["cpu"]
     rid = eng.submit("ar", "a sentence long enough for many steps of its runner.", None, RecordingSink())
     wait_queued(w, 1)
-    pick = lambda now, room: w.scheduler.schedule(now, force=True, room=room)  # noqa: E731
+    pick = (NOW,)  # whatever is queued starts now
     with w.cond:
         plan = w.schedule(time.monotonic(), pick)
     assert len(plan.joins) == 1 and not plan.leaves

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voxserve.engine.scheduler import Scheduler, SchedulerConfig
+from voxserve.engine.scheduler import NOW, Pick, Scheduler, SchedulerConfig
 
 
 def run_all(s: Scheduler, now: float = 100.0, limit: int = 10_000):
@@ -12,12 +12,23 @@ def run_all(s: Scheduler, now: float = 100.0, limit: int = 10_000):
     lists of (request, index)."""
     out = []
     for _ in range(limit):
-        b = s.schedule(now, force=True)
+        b = s.schedule(now, NOW)
         if b is None:
             return out
         out.append([(it.request_id, it.index) for it in b.items])
         s.complete(b)
     raise AssertionError("scheduler did not drain")
+
+
+class FakeTime:
+    """A device of known speed: `rate[voice]` seconds per unit of cost (1 for a voice not named),
+    so the tests' costs read as seconds."""
+
+    def __init__(self, **rate: float):
+        self.rate = rate
+
+    def seconds(self, voice, cost: float) -> float:
+        return cost * self.rate.get(voice, 1.0)
 
 
 def add(s: Scheduler, rid, n: int, cost: int = 10, now: float = 0.0, voice="v", streaming=False):
@@ -65,7 +76,7 @@ def test_full_batch_starts_without_waiting():
 
 def test_nothing_queued():
     s = Scheduler()
-    assert s.schedule(0.0, force=True) is None
+    assert s.schedule(0.0, NOW) is None
     assert s.next_deadline(0.0) is None
 
 
@@ -73,11 +84,11 @@ def test_round_robin_fairness_long_request_does_not_block_short():
     cfg = SchedulerConfig(max_batch_size=4, max_wait_ms=0, max_batch_phonemes=10_000)
     s = Scheduler(cfg)
     add(s, "long", 1000)
-    first = s.schedule(0.0, force=True)  # the long request has the worker to itself
+    first = s.schedule(0.0, NOW)  # the long request has the worker to itself
     assert [it.request_id for it in first.items] == ["long"] * 4
     s.complete(first)
     add(s, "short", 1)  # arrives while `long` has 996 queued
-    nxt = s.schedule(0.0, force=True)
+    nxt = s.schedule(0.0, NOW)
     assert "short" in [it.request_id for it in nxt.items]  # at most one batch of delay
 
 
@@ -109,7 +120,7 @@ def test_a_new_request_joins_the_current_round_and_nothing_starves():
     done_at = None
     for k in range(20):
         add(s, f"new{k}", 1, streaming=False)
-        b = s.schedule(0.0, force=True)
+        b = s.schedule(0.0, NOW)
         s.complete(b)
         if s.pending_items("multi") == 0:
             done_at = k
@@ -120,12 +131,12 @@ def test_a_new_request_joins_the_current_round_and_nothing_starves():
 def test_starving_request_goes_before_first_sentence_priority():
     s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=1000))
     add(s, "old", 2, now=0.0)
-    b = s.schedule(0.0, force=True)
+    b = s.schedule(0.0, NOW)
     s.complete(b)  # old served at t=0
     add(s, "stream", 1, now=0.5, streaming=True)
-    assert s.schedule(0.6, force=True).items[0].request_id == "stream"  # fresh: the stream first
+    assert s.schedule(0.6, NOW).items[0].request_id == "stream"  # fresh: the stream first
     add(s, "stream2", 1, now=1.5, streaming=True)
-    assert s.schedule(1.6, force=True).items[0].request_id == "old"  # waited 1.6 s: it goes first
+    assert s.schedule(1.6, NOW).items[0].request_id == "old"  # waited 1.6 s: it goes first
 
 
 def test_items_of_a_request_leave_in_order_even_when_grouping_skips():
@@ -165,7 +176,7 @@ def test_grouping_does_not_starve_a_skipped_item():
         rid = f"s{k}"
         s.add_request(rid, "v")
         s.add_item(rid, 0, 10, None, 0.0)
-        b = s.schedule(0.0, force=True)
+        b = s.schedule(0.0, NOW)
         s.complete(b)
         if any(it.request_id == "long" for it in b.items):
             served_at = k
@@ -177,7 +188,7 @@ def test_cancellation_drops_queued_items():
     s = Scheduler(SchedulerConfig(max_batch_size=2, max_wait_ms=0))
     add(s, "a", 5)
     add(s, "b", 2)
-    b = s.schedule(0.0, force=True)
+    b = s.schedule(0.0, NOW)
     s.complete(b)
     assert s.cancel("a") == 4
     assert not s.add_item("a", 5, 10, None, 0.0)  # late front-end output is refused
@@ -202,7 +213,7 @@ def test_voices_take_turns_one_voice_per_batch():
     add(s, "a", 4, voice="v1")
     add(s, "b", 4, voice="v2")
     voices = []
-    while (b := s.schedule(0.0, force=True)) is not None:
+    while (b := s.schedule(0.0, NOW)) is not None:
         assert len({it.request_id for it in b.items}) == 1  # one voice per batch here
         voices.append(b.voice)
         s.complete(b)
@@ -261,11 +272,11 @@ def test_last_sentence_of_a_short_request_is_not_starved_by_new_first_sentences(
     s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=10_000))
     add(s, "short", 2, cost=60, streaming=True)
     s.input_done("short")
-    s.complete(s.schedule(0.0, force=True))  # its first sentence
+    s.complete(s.schedule(0.0, NOW))  # its first sentence
     served_at = None
     for k in range(10):
         add(s, f"new{k}", 3, cost=80, now=0.1 * k, streaming=True)
-        b = s.schedule(0.1 * k, force=True)
+        b = s.schedule(0.1 * k, NOW)
         s.complete(b)
         if b.items[0].request_id == "short":
             served_at = k
@@ -275,9 +286,9 @@ def test_last_sentence_of_a_short_request_is_not_starved_by_new_first_sentences(
     s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0))
     add(s2, "long", 6, cost=80, streaming=True)
     s2.input_done("long")
-    s2.complete(s2.schedule(0.0, force=True))
+    s2.complete(s2.schedule(0.0, NOW))
     add(s2, "new", 3, cost=100, streaming=True)
-    assert s2.schedule(0.0, force=True).items[0].request_id == "new"
+    assert s2.schedule(0.0, NOW).items[0].request_id == "new"
 
 
 def drain_timed(s: Scheduler, seconds: dict, limit: int = 10_000):
@@ -286,7 +297,7 @@ def drain_timed(s: Scheduler, seconds: dict, limit: int = 10_000):
     out = []
     clock = 0.0
     for _ in range(limit):
-        b = s.schedule(clock, force=True)
+        b = s.schedule(clock, NOW)
         if b is None:
             return out
         clock += seconds[b.voice]
@@ -317,7 +328,7 @@ def test_an_idle_voice_banks_no_device_time():
     add(s, "bark1", 10, voice="slow")
     seconds = {"slow": 5.0, "fast": 0.1}
     for _ in range(6):  # the slow voice runs alone for 30 s
-        b = s.schedule(0.0, force=True)
+        b = s.schedule(0.0, NOW)
         s.complete(b, seconds[b.voice])
     add(s, "vits", 200, voice="fast")
     order = drain_timed(s, seconds)
@@ -338,12 +349,12 @@ def test_batch_marks_streams_first_sentences_as_early():
     s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=100, max_wait_ms=0))
     add(s, "plain", 2, cost=20)
     add(s, "stream", 2, cost=60, streaming=True)  # over half the batch: may be cut, runs alone
-    b = s.schedule(100.0, force=True)
+    b = s.schedule(100.0, NOW)
     got = {(b.items[k].request_id, b.items[k].index) for k in b.early}
     assert got == {("stream", 0)}  # not the plain request's first, not the stream's second
     s.complete(b)
     add(s, "stream2", 1, streaming=True)
-    b = s.schedule(100.0, force=True)
+    b = s.schedule(100.0, NOW)
     assert [(b.items[k].request_id, b.items[k].index) for k in b.early] == [("stream2", 0)]
 
 
@@ -353,7 +364,7 @@ def test_a_short_streams_first_sentence_takes_its_successors_and_is_not_cut():
     s = Scheduler(SchedulerConfig(max_batch_size=8, max_batch_phonemes=100, max_wait_ms=0))
     add(s, "stream", 2, cost=30, streaming=True)
     add(s, "alone", 1, cost=20, streaming=True)
-    b = s.schedule(0.0, force=True)
+    b = s.schedule(0.0, NOW)
     assert [(it.request_id, it.index) for it in b.items] == [("alone", 0), ("stream", 0), ("stream", 1)]
     assert [(b.items[k].request_id, b.items[k].index) for k in b.early] == [("alone", 0)]
     # at half the batch's phonemes or more, the first sentence runs without its successor
@@ -369,15 +380,15 @@ def test_rescues_and_priority_order_take_turns():
     for k in range(4):
         add(s, f"long{k}", 3, cost=50, now=0.0)
     s.input_done("short")  # (unknown request: ignored)
-    b = s.schedule(5.0, force=True)  # a rescue: long0 waited 5 s
+    b = s.schedule(5.0, NOW)  # a rescue: long0 waited 5 s
     assert b.items[0].request_id == "long0"
     s.complete(b)
     add(s, "short", 1, cost=10, now=5.0)
     s.input_done("short")
-    b = s.schedule(5.1, force=True)
+    b = s.schedule(5.1, NOW)
     assert b.items[0].request_id == "short"  # the priority order's turn
     s.complete(b)
-    got = [s.schedule(5.2, force=True) for _ in range(3)]
+    got = [s.schedule(5.2, NOW) for _ in range(3)]
     assert [g.items[0].request_id for g in got] == ["long1", "long2", "long3"]  # nothing else waits: rescues in a row
     # with a request that is not starving waiting, rescues alternate with it
     s2 = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0, max_starve_ms=1000))
@@ -387,7 +398,7 @@ def test_rescues_and_priority_order_take_turns():
     s2.input_done("fresh")
     order = []
     for _ in range(5):
-        b = s2.schedule(5.0, force=True)
+        b = s2.schedule(5.0, NOW)
         order.append(b.items[0].request_id)
         s2.complete(b)
     assert order == ["long0", "fresh", "long1", "fresh", "long2"]
@@ -400,7 +411,7 @@ def test_a_request_has_at_most_one_batch_in_flight():
     add(s, "a", 4)
     b1 = s.schedule(0.0)
     assert [(it.request_id, it.index) for it in b1.items] == [("a", 0), ("a", 1)]
-    assert s.schedule(0.0, force=True) is None and s.next_deadline(0.0) is None  # not due: in flight
+    assert s.schedule(0.0, NOW) is None and s.next_deadline(0.0) is None  # not due: in flight
     add(s, "b", 1)
     b2 = s.schedule(0.0)
     assert [(it.request_id, it.index) for it in b2.items] == [("b", 0)]  # another request runs meanwhile
@@ -414,41 +425,41 @@ def test_max_items_makes_a_smaller_batch_that_is_due_at_once():
     add(s, "a", 1, now=0.0)
     add(s, "b", 3, now=0.0)
     assert s.schedule(0.0) is None and s.next_deadline(0.0) == pytest.approx(1.0)  # waits for companions
-    assert s.next_deadline(0.0, max_items=1) == 0.0
-    b = s.schedule(0.0, max_items=1)
+    assert s.next_deadline(0.0, pick=Pick(items=1)) == 0.0
+    b = s.schedule(0.0, pick=Pick(items=1))
     assert [(it.request_id, it.index) for it in b.items] == [("a", 0)]  # shortest work first, alone
-    b = s.schedule(0.0, max_items=2)
+    b = s.schedule(0.0, pick=Pick(items=2))
     assert [(it.request_id, it.index) for it in b.items] == [("b", 0), ("b", 1)]
 
 
 def test_urgent_class_is_a_short_wait_in_service_order():
-    """urgent=True schedules requests whose client waits for at most URGENT_MAX_COST (a short
-    request's end, a stream's first sentence, a long request's last sentence), urgent=False the
-    others (and requests whose end is still unknown), None everything."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=1000))
+    """Pick.short(160) takes requests whose client waits for at most 160 s of device time (a
+    short request's end, a stream's first sentence, a long request's last sentence),
+    Pick.long(160) the others (and requests whose end is still unknown), a plain pick all."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=1000), FakeTime())
     add(s, "long", 2, cost=100)  # its end is 200 away
     add(s, "open", 1, cost=20)  # its front end is still running: end unknown
     add(s, "stream", 3, cost=150, streaming=True)  # first audio 150 away
     add(s, "short", 1, cost=50)
     for rid in ("long", "stream", "short"):
         s.input_done(rid)
-    assert s.next_deadline(0.0, max_items=1, urgent=True) == 0.0
-    b = s.schedule(0.0, max_items=1, urgent=True)  # what ends a request first
+    assert s.next_deadline(0.0, pick=Pick.short(160, 1)) == 0.0
+    b = s.schedule(0.0, pick=Pick.short(160, 1))  # what ends a request first
     assert [(it.request_id, it.index) for it in b.items] == [("short", 0)]
-    b2 = s.schedule(0.0, max_items=1, urgent=True)
+    b2 = s.schedule(0.0, pick=Pick.short(160, 1))
     assert [(it.request_id, it.index) for it in b2.items] == [("stream", 0)] and b2.early == (0,)
-    assert s.schedule(0.0, max_items=1, urgent=True) is None  # stream's rest: 300 (in flight); long: 200
-    assert s.next_deadline(0.0, max_items=1, urgent=True) is None
-    b3 = s.schedule(0.0, max_items=1, urgent=False)
+    assert s.schedule(0.0, pick=Pick.short(160, 1)) is None  # stream's rest: 300 (in flight); long: 200
+    assert s.next_deadline(0.0, pick=Pick.short(160, 1)) is None
+    b3 = s.schedule(0.0, pick=Pick.long(160, 1))
     assert [(it.request_id, it.index) for it in b3.items] == [("long", 0)]  # 200 before inf
-    b4 = s.schedule(0.0, max_items=1, urgent=False)
+    b4 = s.schedule(0.0, pick=Pick.long(160, 1))
     assert [(it.request_id, it.index) for it in b4.items] == [("open", 0)]
     s.complete(b3)  # long's end: 100 away now
-    b5 = s.schedule(0.0, max_items=1, urgent=True)
+    b5 = s.schedule(0.0, pick=Pick.short(160, 1))
     assert [(it.request_id, it.index) for it in b5.items] == [("long", 1)]
     s.complete(b2)
-    assert s.schedule(0.0, max_items=1, urgent=True) is None  # stream's rest: 300
-    b6 = s.schedule(0.0, max_items=1)  # no class: anything
+    assert s.schedule(0.0, pick=Pick.short(160, 1)) is None  # stream's rest: 300
+    b6 = s.schedule(0.0, pick=Pick(items=1))  # no class: anything
     assert [(it.request_id, it.index) for it in b6.items] == [("stream", 1)]
     assert s.queued == 1 and s.queued_cost == 150
 
@@ -457,7 +468,7 @@ def test_urgent_order():
     """Urgent requests go first come, first served (a slightly longer one is not held back by
     shorter newcomers), those that the urgent work finishes before streams' first sentences of
     longer requests. The other class keeps least work first."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=0))
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), FakeTime())
     for rid, cost, n, streaming in (("a", 150, 1, False), ("s1", 120, 3, True), ("b", 30, 1, True),
                                     ("big", 200, 1, False), ("c", 100, 1, False), ("s2", 5, 2, True),
                                     ("bigger", 300, 1, False), ("d", 10, 1, False)):
@@ -466,7 +477,7 @@ def test_urgent_order():
 
     def order_of(urgent):
         out = []
-        while (b := s.schedule(0.0, max_items=1, urgent=urgent)) is not None:
+        while (b := s.schedule(0.0, Pick.short(160, 1) if urgent else Pick.long(160, 1))) is not None:
             out.append(b.items[0].request_id)
             s.complete(b)
         return out
@@ -480,42 +491,42 @@ def test_urgent_order():
 def test_rescues_take_turns_within_a_class():
     """A starving request goes first in its class; a rescue in one class does not make the
     other class skip its own rescues."""
-    s = Scheduler(SchedulerConfig(max_wait_ms=0, max_starve_ms=1000))
+    s = Scheduler(SchedulerConfig(max_wait_ms=0, max_starve_ms=1000), FakeTime())
     add(s, "old", 1, cost=120, now=0.0)
     add(s, "new", 1, cost=30, now=5.0)
     add(s, "old_long", 2, cost=200, now=0.0)
     add(s, "new_long", 2, cost=150, now=5.0)
     for rid in ("old", "new", "old_long", "new_long"):
         s.input_done(rid)
-    b = s.schedule(5.0, max_items=1, urgent=False)
+    b = s.schedule(5.0, pick=Pick.long(160, 1))
     assert [it.request_id for it in b.items] == ["old_long"]  # waited 5 s > max_starve_ms
-    b = s.schedule(5.0, max_items=1, urgent=True)
+    b = s.schedule(5.0, pick=Pick.short(160, 1))
     assert [it.request_id for it in b.items] == ["old"]  # its class's rescue, not "new" (30)
 
 
 def test_spill_takes_a_second_sentence_of_a_request_in_flight():
-    """Only with spill=True, a request with one batch in flight gives a second: never a third,
+    """Only with a pick's `second`, a request with one batch in flight gives a second: never a third,
     never the rest of a cut sentence (that waits for the request's batch in flight)."""
     s = Scheduler(SchedulerConfig(max_wait_ms=0))
     add(s, "a", 4, cost=50, streaming=True)
-    b1 = s.schedule(0.0, max_items=1)
+    b1 = s.schedule(0.0, pick=Pick(items=1))
     assert [(it.request_id, it.index) for it in b1.items] == [("a", 0)]
-    assert s.schedule(0.0, max_items=1) is None and s.next_deadline(0.0, max_items=1) is None
-    assert s.next_deadline(0.0, max_items=1, spill=True) == 0.0
-    b2 = s.schedule(0.0, max_items=1, spill=True)
+    assert s.schedule(0.0, pick=Pick(items=1)) is None and s.next_deadline(0.0, pick=Pick(items=1)) is None
+    assert s.next_deadline(0.0, pick=Pick(items=1, second=True)) == 0.0
+    b2 = s.schedule(0.0, pick=Pick(items=1, second=True))
     assert [(it.request_id, it.index) for it in b2.items] == [("a", 1)]
-    assert s.schedule(0.0, max_items=1, spill=True) is None  # two in flight at most
+    assert s.schedule(0.0, pick=Pick(items=1, second=True)) is None  # two in flight at most
     s.complete(b1)
     s.requeue("a", 0, 20, ("a", "rest"), 0.0)  # a's first sentence was cut: its rest is next
-    assert s.schedule(0.0, max_items=1, spill=True) is None  # a rest does not spill
+    assert s.schedule(0.0, pick=Pick(items=1, second=True)) is None  # a rest does not spill
     s.complete(b2)
-    b3 = s.schedule(0.0, max_items=1)
+    b3 = s.schedule(0.0, pick=Pick(items=1))
     assert b3.items[0].continues and b3.items[0].index == 0
-    b4 = s.schedule(0.0, max_items=1, spill=True)  # a whole sentence may run beside a rest
+    b4 = s.schedule(0.0, pick=Pick(items=1, second=True))  # a whole sentence may run beside a rest
     assert [(it.request_id, it.index) for it in b4.items] == [("a", 2)]
-    assert s.schedule(0.0, max_items=1, spill=True) is None  # two in flight again
+    assert s.schedule(0.0, pick=Pick(items=1, second=True)) is None  # two in flight again
     s.complete(b3)
-    assert [(it.request_id, it.index) for it in s.schedule(0.0, max_items=1, spill=True).items] == [("a", 3)]
+    assert [(it.request_id, it.index) for it in s.schedule(0.0, pick=Pick(items=1, second=True)).items] == [("a", 3)]
 
 
 # ---------------------------------------------------------------- admission by time (pure parts)
@@ -524,7 +535,7 @@ def test_queued_cost_per_voice_follows_add_requeue_schedule_and_cancel():
     add(s, "a", 3, cost=10, voice="v")
     add(s, "b", 2, cost=7, voice="w")
     assert (s.queued_cost_of("v"), s.queued_cost_of("w"), s.queued_cost_of("none")) == (30, 14, 0)
-    b = s.schedule(0.0, force=True)
+    b = s.schedule(0.0, NOW)
     assert s.queued_cost_of(b.voice) == {"v": 20, "w": 7}[b.voice]
     s.requeue(b.items[0].request_id, b.items[0].index, 4, None, 0.0)  # a cut item's rest
     assert s.queued_cost_of(b.voice) == {"v": 24, "w": 11}[b.voice]
@@ -535,7 +546,7 @@ def test_queued_cost_per_voice_follows_add_requeue_schedule_and_cancel():
 
 
 def test_throughput_is_a_ratio_of_weighted_sums():
-    from voxserve.engine.admission import Throughput
+    from voxserve.engine.device_time import Throughput
 
     t = Throughput(weight=0.5)
     assert t.seconds_per_cost is None and t.cost_per_s is None
@@ -554,17 +565,19 @@ def test_throughput_is_a_ratio_of_weighted_sums():
         Throughput(weight=0)
 
 
-def test_drain_seconds_uses_each_voices_speed_and_the_slowest_for_unmeasured_ones():
-    from voxserve.engine.admission import Throughput, drain_seconds
+def test_device_time_uses_each_voices_speed_the_slowest_for_unmeasured_ones_and_a_prior_before():
+    from voxserve.engine.device_time import DeviceTime
 
-    fast, slow = Throughput(), Throughput()
-    assert drain_seconds({"fast": 100}, {"fast": fast}) is None  # nothing measured: no figure
-    fast.add(1000, 1.0)
-    slow.add(10, 1.0)
-    assert drain_seconds({"fast": 500}, {"fast": fast}) == pytest.approx(0.5)
-    speed = {"fast": fast, "slow": slow, "new": Throughput()}
-    assert drain_seconds({"fast": 500, "slow": 20, "new": 10}, speed) == pytest.approx(0.5 + 2 + 1)
-    assert drain_seconds({}, speed) == 0.0
+    t = DeviceTime(prior_s_per_cost=0.01)
+    assert not t.timed and t.seconds("fast", 100) == pytest.approx(1.0)  # nothing measured: the prior
+    t.observe("fast", 1000, 1.0)
+    assert t.timed and t.seconds("fast", 500) == pytest.approx(0.5)
+    assert t.seconds("new", 10) == pytest.approx(0.01)  # not timed: the slowest timed voice
+    t.observe("slow", 10, 1.0)
+    assert t.seconds("slow", 20) == pytest.approx(2.0) and t.seconds("new", 10) == pytest.approx(1.0)
+    assert t.cost_per_s("fast") == pytest.approx(1000) and t.cost_per_s("new") is None
+    with pytest.raises(ValueError):
+        DeviceTime(prior_s_per_cost=0)
 
 
 def test_time_admission_pairwise_bound():
@@ -601,8 +614,8 @@ def test_room_bounds_a_step_voice_and_a_full_one_is_skipped():
     s = Scheduler(SchedulerConfig(max_batch_size=8, max_wait_ms=50))
     add(s, "long", 4, voice="ar")
     add(s, "vits", 2, voice="tts")
-    assert s.schedule(0.0, force=True, room={"ar": 0, "tts": 0}) is None  # no room anywhere
-    assert s.schedule(0.0, force=True, room={"ar": 0}).voice == "tts"
+    assert s.schedule(0.0, NOW, room={"ar": 0, "tts": 0}) is None  # no room anywhere
+    assert s.schedule(0.0, NOW, room={"ar": 0}).voice == "tts"
     b = s.schedule(0.0, room={"ar": 3})  # due at once (no wait for companions), at most 3
     assert b.voice == "ar" and len(b) == 2  # three slots, one left free for a newcomer
 
@@ -626,7 +639,7 @@ def test_charge_counts_toward_fair_share():
     add(s, "x", 2, voice="ar")
     add(s, "y", 2, voice="tts")
     s.charge("ar", 5.0)
-    assert s.schedule(0.0, force=True).voice == "tts"
+    assert s.schedule(0.0, NOW).voice == "tts"
 
 
 def test_a_step_voices_request_keeps_joining_while_its_sentences_run():
@@ -640,3 +653,77 @@ def test_a_step_voices_request_keeps_joining_while_its_sentences_run():
     add(s, "more", 1, voice="ar")
     b = s.schedule(0.0, room={"ar": 2})  # requests with nothing in flight go first
     assert [it.request_id for it in b.items] == ["new", "more"]
+
+
+# ------------------------------------------------------------- one unit: predicted device seconds
+def test_a_class_of_short_waits_is_device_time_not_cost():
+    """The same text is urgent on a fast voice and bulk work on a slow one: what the client
+    waits for is device time (main counted cost, so a Bark-like voice's 100 ids were "short")."""
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), FakeTime(fast=0.001, slow=0.1))
+    add(s, "f", 1, cost=100, voice="fast")  # 0.1 s
+    add(s, "s", 1, cost=100, voice="slow")  # 10 s
+    for rid in ("f", "s"):
+        s.input_done(rid)
+    short, long = Pick.short(0.5, 1), Pick.long(0.5, 1)
+    assert s.next_deadline(0.0, short) == 0.0
+    assert [b.voice for b in iter(lambda: s.schedule(0.0, short), None)] == ["fast"]
+    assert [b.voice for b in iter(lambda: s.schedule(0.0, long), None)] == ["slow"]
+
+
+def test_the_class_follows_the_speed_the_device_learns():
+    """A request's wait is predicted by the device's model as it learns: before any timing by
+    the prior, then by the voice's observed speed (the figures admission reads too)."""
+    from voxserve.engine.device_time import DeviceTime
+
+    t = DeviceTime(prior_s_per_cost=0.001)
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), t)
+    add(s, "a", 1, cost=100)
+    s.input_done("a")
+    short = Pick.short(0.5, 1)
+    assert s.next_deadline(0.0, short) == 0.0  # 100 x 1 ms: 0.1 s
+    t.observe("v", 100, 1.0)  # the device turns out slower: 10 ms per unit
+    assert s.next_deadline(0.0, short) is None and s.next_deadline(0.0, Pick.long(0.5, 1)) == 0.0
+
+
+def test_least_predicted_time_first_within_a_voice_ties_in_round_robin():
+    """Of requests whose ends are known, the one with the least device time left goes first; a
+    request whose end is unknown (front end running) goes after them."""
+    s = Scheduler(SchedulerConfig(max_batch_size=1, max_wait_ms=0), FakeTime())
+    add(s, "open", 2, cost=1)  # cheap, but its end is not known
+    add(s, "big", 1, cost=50)
+    add(s, "small", 2, cost=10)
+    s.input_done("big")
+    s.input_done("small")
+    assert [b[0][0] for b in run_all(s, now=0.0)] == ["small", "small", "big", "open", "open"]
+
+
+def test_a_pick_is_a_frozen_request_of_one_shape():
+    """Executors build picks once; a pick cannot be changed on its way through the scheduler."""
+    import dataclasses
+
+    p = Pick.short(0.5, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.items = 2  # type: ignore[misc]
+    assert p.waits_s == (float("-inf"), 0.5) and Pick.long(0.5).waits_s == (0.5, float("inf"))
+    s = Scheduler(SchedulerConfig(max_wait_ms=1000))
+    add(s, "a", 1)
+    assert s.schedule(0.0) is None and s.schedule(0.0, NOW) is not None  # waits for companions / starts now
+
+
+def test_admission_counts_in_the_schedulers_device_seconds():
+    """Admission reads the model the scheduler orders by: nothing before the device timed
+    anything (only the sentence bound), then the same seconds."""
+    from voxserve.engine.admission import Accepted, DeviceAdmission
+    from voxserve.engine.device_time import DeviceTime
+
+    t = DeviceTime()
+    adm = DeviceAdmission(t, bound_s=1.0)
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), t)
+    assert adm.decide("v", 100, 0.0, {}, {}) is None and adm.wait_s({"v": 100}) is None
+    t.observe("v", 100, 0.5)  # 5 ms per unit
+    add(s, "x", 1, cost=400)
+    seconds_left = s.time.seconds("v", s.pending_cost("x"))
+    a, own = adm.decide("v", 100, 0.0, {"x": Accepted(seconds_left, float("inf"))}, {"v": 40})
+    assert seconds_left == pytest.approx(2.0) and own == pytest.approx(0.5)
+    assert a.wait_s == pytest.approx(0.5 * 40 * 0.005 + min(2.0, 0.5)) and a.admit
+    assert adm.wait_s({"v": 400}) == pytest.approx(2.0)

@@ -2,11 +2,11 @@
 OverloadedError: HTTP 429 with Retry-After, Wyoming's error event).
 
 A request is refused when the work that may go before it on its device would take longer
-than `EngineConfig.max_queue_wait_s` at the device's observed speed, or when its work would
-push an accepted request past its own deadline. Work is counted in the scheduler's unit (a
-sentence's cost: phoneme ids for VITS) and turned into predicted device seconds by each
-voice's observed speed (`Throughput`). Before a device has run anything there is no speed
-to go by, and only the sentence bound (`SchedulerConfig.max_queued_sentences`: memory) applies.
+than `EngineConfig.max_queue_wait_s`, or when its work would push an accepted request past its
+own deadline. Work is counted in the scheduler's unit, predicted device seconds, by the same
+model the scheduler orders by (`DeviceTime`, engine/device_time.py: each voice's observed
+speed on the device). Before a device has timed anything the model has only its prior, and only
+the sentence bound (`SchedulerConfig.max_queued_sentences`: memory) applies.
 
 The order of service (engine/scheduler.py) gives the bound used here: of two requests, the
 one with less work left goes first (least work first) or they alternate (round-robin), so a
@@ -19,10 +19,11 @@ under its own lock and feeds it the scheduler's accounting (`Accepted`, the work
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from ..errors import OverloadedError
+from .device_time import DeviceTime
 
 COST_PER_CHAR_PRIOR = 3.0
 """Phoneme ids per character of text before a voice's front end has finished a request: about
@@ -30,55 +31,6 @@ COST_PER_CHAR_PRIOR = 3.0
 
 RETRY_AFTER_S = (1.0, 60.0)
 """Bounds of the Retry-After a refusal carries (seconds)."""
-
-
-class Throughput:
-    """A device's speed for one voice: cost (phoneme ids) per second of busy device time, as
-    exponentially weighted sums of each batch's cost and seconds. A ratio of sums, not a mean of
-    per-batch rates: with several lanes a batch's busy seconds are the time since the previous
-    one ended, which may be tiny, and one such sample must not read as a device of infinite speed.
-    The default weight remembers about the last 20 batches (a couple of seconds under load on a
-    CPU); a heavier one made the figure swing under overload."""
-
-    def __init__(self, weight: float = 0.05):
-        if not 0 < weight <= 1:
-            raise ValueError("weight must be in (0, 1]")
-        self.weight = weight
-        self._cost = 0.0
-        self._seconds = 0.0
-
-    def add(self, cost: float, seconds: float) -> None:
-        """One batch (or window of busy time): its cost and the device seconds it took."""
-        if cost <= 0 or seconds < 0:
-            return
-        a = self.weight
-        self._cost = (1 - a) * self._cost + a * float(cost)
-        self._seconds = (1 - a) * self._seconds + a * float(seconds)
-
-    @property
-    def seconds_per_cost(self) -> float | None:
-        """Device seconds one unit of cost takes; None before any batch was timed."""
-        return self._seconds / self._cost if self._cost > 0 else None
-
-    @property
-    def cost_per_s(self) -> float | None:
-        return self._cost / self._seconds if self._cost > 0 and self._seconds > 0 else None
-
-
-def drain_seconds(work: Mapping[Hashable, float], speed: Mapping[Hashable, Throughput]) -> float | None:
-    """Seconds a device needs for `work` (cost per voice) at the voices' observed speeds. A voice
-    not timed yet is taken to be as slow as the slowest timed one (a device's voices share
-    it); None if no voice of the device has been timed (then there is no figure to go by)."""
-    known = [t.seconds_per_cost for t in speed.values() if t.seconds_per_cost is not None]
-    if not known:
-        return None
-    slowest = max(known)
-    total = 0.0
-    for voice, cost in work.items():
-        t = speed.get(voice)
-        spc = t.seconds_per_cost if t is not None and t.seconds_per_cost is not None else slowest
-        total += max(0.0, cost) * spc
-    return total
 
 
 @dataclass(frozen=True)
@@ -147,29 +99,24 @@ def time_admission(now: float, bound_s: float, new_s: float, accepted: Mapping[H
 class Accepted:
     """An accepted request as admission sees it."""
 
-    voice: str
-    cost_left: float
-    """Its work not yet started: queued sentences, plus what its front end has not produced
-    yet (predicted from its text's length)."""
+    seconds_left: float
+    """Predicted device seconds of its work not yet started: queued sentences, plus what its
+    front end has not produced yet (predicted from its text's length)."""
     deadline: float
     """Monotonic: admission keeps its finish before it (inf: none)."""
 
 
 class DeviceAdmission:
-    """One device's admission: its observed speed per voice, each voice's cost per character
-    of text, and the decision for a new request."""
+    """One device's admission: each voice's cost per character of text, and the decision for a
+    new request in the scheduler's unit (`time`: the device's model of its voices' speed)."""
 
-    def __init__(self, voices: Iterable[str], bound_s: float, lanes: int = 1):
+    def __init__(self, time: DeviceTime, bound_s: float, lanes: int = 1):
+        self.time = time
         self.bound_s = bound_s
         self.lanes = max(1, lanes)
-        self.speed: dict[str, Throughput] = {v: Throughput() for v in voices}
         self._cost_per_char: dict[str, list[float]] = {}  # voice -> [weighted cost, weighted chars]
 
     # ------------------------------------------------------------ what it learns
-    def observe(self, voice: str, cost: float, seconds: float) -> None:
-        """Work of `voice` done in `seconds` of device time."""
-        self.speed.setdefault(voice, Throughput()).add(cost, seconds)
-
     def cost_per_char(self, voice: str) -> float:
         c = self._cost_per_char.get(voice)
         return c[0] / c[1] if c else COST_PER_CHAR_PRIOR
@@ -182,34 +129,25 @@ class DeviceAdmission:
         c[0], c[1] = 0.8 * c[0] + 0.2 * cost, 0.8 * c[1] + 0.2 * chars  # a ratio of sums: long texts weigh more
 
     def cost_per_s(self, voice: str) -> float | None:
-        t = self.speed.get(voice)
-        return t.cost_per_s if t is not None else None
+        return self.time.cost_per_s(voice)
 
     # ------------------------------------------------------------ predictions
-    def seconds_per_cost(self) -> dict[str, float] | None:
-        """Each voice's seconds per unit of cost on this device (one not timed yet: the
-        slowest timed); None before any work was timed."""
-        known = {v: t.seconds_per_cost for v, t in self.speed.items() if t.seconds_per_cost is not None}
-        if not known:
-            return None
-        slowest = max(known.values())
-        return {v: known.get(v, slowest) for v in self.speed}
-
     def wait_s(self, work: Mapping[str, float]) -> float | None:
         """Seconds the device needs for `work` (cost per voice); None before any timing."""
-        return drain_seconds(work, self.speed)
+        if not self.time.timed:
+            return None
+        return sum(self.time.seconds(v, c) for v, c in work.items())
 
     def decide(self, voice: str, cost: float, now: float, accepted: Mapping[Hashable, Accepted],
                running: Mapping[str, float]) -> tuple[TimeAdmission, float] | None:
         """The time test for a new request of `cost` on `voice`, and its own synthesis time under
         load (its work on one lane: with its wait, its deadline); None before any timing.
         `running`: the cost of the work in flight, per voice (taken as half done)."""
-        spc = self.seconds_per_cost()
-        if spc is None:
+        if not self.time.timed:
             return None
-        acc = {rid: (a.cost_left * spc.get(a.voice, 0.0), a.deadline) for rid, a in accepted.items()}
-        in_flight = sum(0.5 * c * spc.get(v, 0.0) for v, c in running.items())
-        own = cost * spc.get(voice, max(spc.values()))
+        acc = {rid: (a.seconds_left, a.deadline) for rid, a in accepted.items()}
+        in_flight = sum(0.5 * self.time.seconds(v, c) for v, c in running.items())
+        own = self.time.seconds(voice, cost)
         return time_admission(now, self.bound_s, own, acc, in_flight, self.lanes), self.lanes * own
 
     # ------------------------------------------------------------ refusals

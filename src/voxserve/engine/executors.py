@@ -34,11 +34,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..runtime.cpu import fitted_team, lower_thread_priority, release_openmp_threads, set_thread_team
-from .scheduler import URGENT_MAX_COST, Batch
+from .scheduler import ANY, Batch, Pick
 from .worker import DeviceWorker, Plan
+
+URGENT_MAX_S = 0.15
+"""A request is urgent while what its client waits for is predicted to take at most this much
+device time (the scheduler's "Urgent work"): about 160 phoneme ids (~2 s of audio, the bound
+measured in docs/serving.md) at ~1 ms an id, a quiet 2-core CPU's speed with its lanes busy."""
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +91,6 @@ class SerialExecutor(Executor):
 
     def _loop(self) -> None:
         w = self.worker
-        pick = lambda now, room: w.scheduler.schedule(now, room=room)  # noqa: E731
         while True:
             with w.cond:
                 plan = None
@@ -94,7 +98,7 @@ class SerialExecutor(Executor):
                     if self.stopping():
                         return
                     now = time.monotonic()
-                    plan = w.schedule(now, pick)
+                    plan = w.schedule(now, (ANY,))
                     if plan is None:
                         w.cond.wait(w.scheduler.next_deadline(now))
             self._run(plan)
@@ -117,9 +121,9 @@ class CpuLanes:
     """Intra-op threads each class of lanes shares (None: the process's)."""
     teams: bool | None = None
     """Whether each thread may take its own OpenMP team size (None: as runtime/cpu.py finds)."""
-    urgent_max_cost: int = URGENT_MAX_COST
-    """A request is urgent while what its client waits for costs at most this (the scheduler's
-    "Urgent work")."""
+    urgent_max_s: float = URGENT_MAX_S
+    """A request is urgent while what its client waits for is predicted to take at most this
+    many device seconds (the scheduler's "Urgent work")."""
     recheck_s: float = 1.0
     """How often a reniced lane that sits out under outside load looks again."""
     set_team: Callable[[int], object] = set_thread_team
@@ -136,7 +140,11 @@ class CpuExecutor(Executor):
         self.settings = settings
         self.lanes = max(1, settings.lanes)
         self.nthreads = max(1, threads)  # intra-op threads each class of lanes shares
-        worker.scheduler.urgent_max_cost = settings.urgent_max_cost
+        # each lane's picks, built once: its class (None: any, the urgent lanes' while other
+        # processes keep cores busy), and that class with a request's second sentence (spill)
+        size, cut = settings.batch, settings.urgent_max_s
+        self._class = {True: Pick.short(cut, size), False: Pick.long(cut, size), None: Pick(items=size)}
+        self._spill = {k: replace(p, second=True) for k, p in self._class.items()}
         self._team = [0] * (2 * self.lanes)  # threads each lane's batch holds (0: idle); k >= lanes: urgent
         name = f"voxserve-worker-{worker.device}"
         self.threads = [threading.Thread(target=self._loop, args=(k,), daemon=True, name=f"{name}-{self._lane_name(k)}")
@@ -179,19 +187,17 @@ class CpuExecutor(Executor):
         peers = self._peers(lane)
         return (lane == peers[0] or self._team[peers[0]] > 0) and sum(self._team[k] for k in peers) < self.nthreads
 
-    def _pick(self, lane: int, takes: bool | None):
-        s, size, spill = self.worker.scheduler, self.settings.batch, self.settings.spill
-
-        def pick(now: float, room):
-            if not self._may_schedule(lane):
-                return None
-            batch = s.schedule(now, max_items=size, urgent=takes, room=room)
-            if batch is None and takes and lane == self.lanes and self._lone():
-                batch = s.schedule(now, max_items=size, room=room)
-            if batch is None and spill and sum(self._team) < self.nthreads:
-                batch = s.schedule(now, max_items=size, urgent=takes, spill=True)
-            return batch
-        return pick
+    def _picks(self, lane: int, takes: bool | None) -> tuple[Pick, ...]:
+        """What a lane may take now, tried in order (lock held): its class; urgent lane 0 also
+        a lone batch of any class; with a core free, a second sentence of its class (spill)."""
+        if not self._may_schedule(lane):
+            return ()
+        picks = [self._class[takes]]
+        if takes and lane == self.lanes and self._lone():
+            picks.append(self._class[None])
+        if self.settings.spill and sum(self._team) < self.nthreads:
+            picks.append(self._spill[takes])
+        return tuple(picks)
 
     def _claim(self, lane: int, batch: Batch, now: float) -> int:
         """Threads for a lane's batch (lock held): every free one if nothing else is waiting
@@ -201,7 +207,7 @@ class CpuExecutor(Executor):
         free = self.nthreads - sum(self._team[k] for k in peers)
         more = s.next_deadline(now) is not None
         if not more and self.settings.spill and not batch.early:  # its own next sentence may run beside it
-            more = s.next_deadline(now, self.settings.batch, spill=True) is not None
+            more = s.next_deadline(now, self._spill[None]) is not None
         alone = lane == peers[0] and not more and not any(self._team) and self._urgent(lane)
         team = free if alone else max(1, min(free, self.nthreads // self.lanes))
         self._team[lane] = team
@@ -225,13 +231,13 @@ class CpuExecutor(Executor):
                         w.cond.wait(self.settings.recheck_s)
                         continue
                     takes = None if contended else urgent  # (contended: the urgent lanes take any work)
-                    plan = w.schedule(now, self._pick(lane, takes))
+                    plan = w.schedule(now, self._picks(lane, takes))
                     if plan is None:
                         may = self._may_schedule(lane)
                         # urgent lane 0 also waits for a lone batch of the other class (only
                         # then: other work that it may not take would make it spin)
                         lone = takes and lane == self.lanes and self._lone()
-                        wake = w.scheduler.next_deadline(now, self.settings.batch, None if lone else takes)
+                        wake = w.scheduler.next_deadline(now, self._class[None if lone else takes])
                         w.cond.wait(wake if may else None)
                 team = self._claim(lane, plan.batch, now) if plan.batch is not None else 0
             if team:

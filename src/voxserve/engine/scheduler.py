@@ -1,6 +1,19 @@
 """Sentence-level dynamic batching across requests. Pure Python: no torch, no threads, no clock
 of its own (callers pass `now` in seconds), so it is unit-tested with a fake runner.
 
+One call, one meaning: `schedule(now, pick, room)` returns the next batch that `pick` (a frozen
+`Pick`: which requests qualify, the size budget, whether it may wait for companions) may take;
+`next_deadline(now, pick)` says when one will be due. Executors build their picks once.
+
+Accounting unit
+---------------
+Everything that compares work across requests or voices, or against time, is in predicted
+device seconds (`DeviceTime`, engine/device_time.py: a sentence's cost times its voice's
+observed seconds per unit on this device): the order of service, the classes of `Pick.waits_s`,
+fairness between voices, starvation and max_wait bounds, and admission (engine/admission.py
+reads the same model). Only a batch's shape is bounded in the runner's unit (phoneme ids:
+`max_batch_phonemes`, `max_length_ratio`: padding and cut sizes).
+
 Model of the queue
 ------------------
 Each request is a FIFO of sentences ("items") that its text front end appends as it goes.
@@ -27,8 +40,8 @@ one batch. Before that order:
    rescues and the order below take turns. Under sustained overload every long request's
    sentences wait past the bound, and without the turns the order would collapse into
    oldest-first, a one-sentence request waiting behind one rescue batch per starving request;
-2. the least work between a client and what it waits for: a streaming request's first
-   sentence counts alone (time to first audio), any other request counts all it has queued
+2. the least predicted device time between a client and what it waits for (`_left_s`): a
+   streaming request's first sentence counts alone (time to first audio), any other request counts all it has queued
    (once its front end is done; unknown ends go last). So a first sentence goes ahead of long
    requests' remainders, and a short request's last sentence is not starved by the stream of
    new requests' first sentences.
@@ -62,39 +75,38 @@ needs one batch, not two), and an item over 1.25 x max_batch_phonemes runs alone
 
 In flight
 ---------
-A request has at most one batch in flight (but see "Spill"): its items are not scheduled (nor counted as due)
-while a batch holding one of them runs. With one worker thread this never binds (a batch is
+A request has at most one batch in flight (but see "Spill"): its items are not scheduled (nor
+counted as due) while a batch holding one of them runs. With one worker thread this never binds (a batch is
 completed before the next is scheduled); with several (the engine's CPU lanes) it keeps a
 request's audio in order and puts a cut sentence's rest back before its successors can run.
 
 Spill
 -----
-`schedule(..., spill=True)` also takes a second item of a request with one batch in flight:
+A pick with `second=True` also takes a second item of a request with one batch in flight:
 a whole sentence after its first (not a stream's first audio, not the rest of a cut sentence).
 The engine asks for it only when a CPU lane and a core would otherwise idle (a lone request's
 sentences, the end of a load), and puts the audio back in order before delivery.
 
 Urgent work
 -----------
-A request is urgent while its client waits for little: at most `URGENT_MAX_COST` of work
-(`_left`: a short request's end, a stream's short first sentence, a long request's last
-sentence). `schedule(..., urgent=True)` (and `next_deadline`) consider urgent requests only,
-`urgent=False` the others, None (the default) all of them: the engine's CPU lanes run the two
-classes on threads of different OS priority (see the engine's `_Worker`). Within a class the
-order above holds, rescues included, except within the urgent class: requests that the urgent
-work finishes (a short request, a long one's last sentence) go before streams' first sentences
-of longer requests, each group in arrival order. All of them wait for little, and
-least-work-first would let a stream of slightly shorter newcomers hold one back; a client whose
-request ends with the work waits for all of it, one whose stream starts with it hears audio
-and then waits for the rest anyway.
+A request is urgent while its client waits for little: `Pick.short(max_s)` takes requests whose
+wait (`_left_s`: a short request's end, a stream's short first sentence, a long request's last
+sentence) is at most max_s predicted device seconds, `Pick.long(max_s)` the others: the CPU
+executor runs the two classes on threads of different OS priority (engine/executors.py).
+Within a class the order above holds, rescues included (they take turns within the class),
+except within a class of short waits: requests that its work finishes (a short request, a
+long one's last sentence) go before streams' first sentences of longer requests, each group in
+arrival order. All of them wait for little, and least-work-first would let a stream of
+slightly shorter newcomers hold one back; a client whose request ends with the work waits for
+all of it, one whose stream starts with it hears audio and then waits for the rest anyway.
 
 Step voices
 -----------
 A voice run by a step runner (autoregressive: its sequences advance a step at a time) takes
 its items as sequences that join the running ones between steps. The caller passes `room`, how
-many more each such voice may take now; a batch of one is then due at once (nothing is gained
-by waiting for companions: the runner batches what is active at every step), and its items stay
-in flight (`complete` per item, as each sequence finishes). The caller charges the steps' time
+many more each such voice may take now (data that changes every step, not a mode); a batch
+of one is then due at once (nothing is gained by waiting for companions: the runner batches
+what is active at every step), and its items stay in flight (`complete` per item, as each sequence finishes). The caller charges the steps' time
 to the voice (`charge`), so voices still share the device by time. A request's later sentences
 may join while earlier ones run, but never take the last free slot: a newcomer (a request with
 nothing in flight, which also goes first) joins at the next step.
@@ -107,7 +119,7 @@ Admission by time
 -----------------
 The engine refuses a request whose wait would pass a bound; that decision lives in
 `engine/admission.py`. The scheduler gives it the queued cost per voice and per request
-(`queued_cost_of`, `pending_cost`). The order of service above gives the bound it uses: of
+(`queued_cost_of`, `pending_cost`) and the model (`time`) that turns them into device seconds. The order of service above gives the bound it uses: of
 two requests, the one with less work left goes first (least work first) or they alternate
 (round-robin), so a request b delays a request a by at most min(b's work left, a's work left).
 """
@@ -116,13 +128,46 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-URGENT_MAX_COST = 160
-"""A request is urgent (see "Urgent work") while what its client waits for costs at most this
-(about 2 s of audio)."""
+from .device_time import DeviceTime
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What one `schedule` call may take. An executor builds its picks once (the serial one
+    `ANY`; the CPU one, per lane, its class and its spill), so no scheduler method takes a
+    mode flag: `_takers` reads the pick once, the rest works on the requests it gave."""
+
+    items: int | None = None
+    """Size budget: items per batch (None: `max_batch_size`). A smaller budget is due as soon
+    as it is full (the CPU lanes: 1)."""
+    wait: bool = True
+    """A batch that is not full waits up to `max_wait_ms` for companions; False: it starts now
+    (a step's joins, shutdown, a caller stepping by hand)."""
+    waits_s: tuple[float, float] = (float("-inf"), float("inf"))
+    """Which requests qualify, by the predicted device seconds their client waits for
+    (`_left_s`): lo < wait <= hi. A finite hi is a class of short waits ("Urgent work")."""
+    second: bool = False
+    """A request with one batch in flight may give a second one (see "Spill")."""
+
+    @staticmethod
+    def short(max_s: float, items: int | None = None) -> "Pick":
+        """Requests whose client waits for at most `max_s` ("Urgent work")."""
+        return Pick(items=items, waits_s=(float("-inf"), max_s))
+
+    @staticmethod
+    def long(max_s: float, items: int | None = None) -> "Pick":
+        """The others (and requests whose end is not known yet)."""
+        return Pick(items=items, waits_s=(max_s, float("inf")))
+
+
+ANY = Pick()
+"""Every request; a batch that is not full waits for companions (the serial executor)."""
+NOW = Pick(wait=False)
+"""Every request; whatever is queued starts now."""
 
 
 @dataclass(frozen=True)
@@ -211,9 +256,9 @@ class _Request:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig | None = None):
+    def __init__(self, config: SchedulerConfig | None = None, time: DeviceTime | None = None):
         self.config = (config or SchedulerConfig()).validate()
-        self.urgent_max_cost = URGENT_MAX_COST  # (the CPU executor's, which alone asks for classes)
+        self.time = time or DeviceTime()  # the accounting unit: predicted device seconds
         self._requests: dict[Hashable, _Request] = {}
         self._seq = itertools.count()
         self._voice_turn: deque[Hashable] = deque()  # voices in order of arrival
@@ -329,25 +374,17 @@ class Scheduler:
         """The request's next item is (the rest of) a stream's first sentence."""
         return r.streaming and (r.served == 0 or r.queue[0].continues)
 
-    def _left(self, r: _Request) -> float:
-        """The work (cost) that stands between the client and what it waits for: a stream's
-        first audio (its first sentence), else the end of the request (all it has queued, known
-        once its front end is done; inf before). Ordering by it, a short request's last
-        sentence competes with new requests' first sentences instead of waiting behind all of
-        them: under steady load there always is a new one."""
-        return r.queue[0].cost if self._first(r) else self._queued_work(r)
+    def _left_s(self, r: _Request) -> float:
+        """Predicted device seconds between the client and what it waits for: a stream's first
+        audio (its first sentence), else the end of the request (all it has queued, known once
+        its front end is done; inf before). Ordering by it, a short request's last sentence
+        competes with new requests' first sentences instead of waiting behind all of them:
+        under steady load there always is a new one."""
+        return self.time.seconds(r.voice, r.queue[0].cost) if self._first(r) else self._queued_s(r)
 
-    @staticmethod
-    def _queued_work(r: _Request) -> float:
-        """All the request has left (known once its front end is done; inf before)."""
-        return sum(it.cost for it in r.queue) if r.input_done else float("inf")
-
-    def _ends(self, r: _Request) -> bool:
-        """The request's queued work is all it has left, within `URGENT_MAX_COST`."""
-        return self._queued_work(r) <= self.urgent_max_cost
-
-    def _in_class(self, r: _Request, urgent: bool | None) -> bool:
-        return urgent is None or (self._left(r) <= self.urgent_max_cost) == urgent
+    def _queued_s(self, r: _Request) -> float:
+        """Predicted device seconds of all the request has left (inf until its front end is done)."""
+        return self.time.seconds(r.voice, sum(it.cost for it in r.queue)) if r.input_done else float("inf")
 
     @staticmethod
     def _spillable(r: _Request) -> bool:
@@ -356,41 +393,36 @@ class Scheduler:
         of its request is in flight before it)."""
         return r.running == 1 and not r.queue[0].continues
 
-    def _schedulable(self, voice: Hashable, urgent: bool | None, spill: bool = False,
-                     step: bool = False) -> list[_Request]:
-        """A voice's requests with queued items and no batch in flight (with `spill`, or one
-        that may take a second; with `step`, any: a step voice's sequences run side by side),
-        of the class asked."""
+    def _takers(self, voice: Hashable, pick: Pick, step: bool = False) -> list[_Request]:
+        """The voice's requests that `pick` may take from: queued items, no batch in flight
+        (unless a second may spill; a step voice's sequences run side by side: any), and a
+        wait within the pick's class."""
+        lo, hi = pick.waits_s
         return [r for r in self._requests.values()
                 if r.voice == voice and r.queue
-                and (not r.running or step or (spill and self._spillable(r)))
-                and self._in_class(r, urgent)]
+                and (not r.running or step or (pick.second and self._spillable(r)))
+                and lo < self._left_s(r) <= hi]
 
-    def _order(self, voice: Hashable, now: float, urgent: bool | None = None, spill: bool = False,
-               step: bool = False) -> list[_Request]:
-        """Requests of a voice (and class) with queued items, in service order (with `step`,
-        those with nothing in flight first)."""
-        rs = self._schedulable(voice, urgent, spill, step)
+    def _order(self, voice: Hashable, rs: list[_Request], now: float, pick: Pick, step: bool) -> list[_Request]:
+        """`rs` in service order (a step voice's: those with nothing in flight first)."""
         starving = {r.id for r in rs if self._starving(r, now)}
-        if (voice, urgent) in self._rescued and len(starving) < len(rs):
+        if (voice, pick.waits_s) in self._rescued and len(starving) < len(rs):
             starving = set()  # the last batch was a rescue: the others' turn (module doc)
+        short = pick.waits_s[1] < float("inf")
 
         def key(r: _Request):
             if r.id in starving:
                 return (0, 0, r.vserved, r.seq)
-            if urgent:
-                # arrival order bounds each one's wait; requests that end with this work first
-                return (1, int(self._first(r) and not self._ends(r)), r.seq, 0)
-            return (1, self._left(r), r.vserved, r.seq)
+            if short:  # arrival order bounds each one's wait; requests that end with this work first
+                return (1, int(self._first(r) and self._queued_s(r) > pick.waits_s[1]), r.seq, 0)
+            return (1, self._left_s(r), r.vserved, r.seq)
 
-        rs.sort(key=(lambda r: (r.running > 0, key(r))) if step else key)
-        return rs
+        return sorted(rs, key=(lambda r: (r.running > 0, key(r))) if step else key)
 
-    def _candidates(self, voice: Hashable, now: float, urgent: bool | None, spill: bool = False,
-                    step: bool = False) -> Iterable[Item]:
-        """Items of a voice in service order: round 0 takes each request's next item, round 1
+    @staticmethod
+    def _candidates(rs: list[_Request]) -> Iterable[Item]:
+        """Items of requests in service order: round 0 takes each request's next item, round 1
         the one after, ... (a request's items stay in order)."""
-        rs = self._order(voice, now, urgent, spill, step)
         depth = 0
         while rs:
             nxt = []
@@ -401,28 +433,26 @@ class Scheduler:
             rs = nxt
             depth += 1
 
-    def next_deadline(self, now: float, max_items: int | None = None, urgent: bool | None = None,
-                      spill: bool = False) -> float | None:
-        """Seconds until a batch is due (0 = now), or None if nothing is queued (that may be
-        scheduled: requests with a batch in flight wait). max_items, urgent, spill: as for
-        `schedule`."""
+    def _size(self, pick: Pick) -> int:
+        return self.config.max_batch_size if pick.items is None else min(pick.items, self.config.max_batch_size)
+
+    def next_deadline(self, now: float, pick: Pick = ANY) -> float | None:
+        """Seconds until a batch that `pick` may take is due (0 = now), or None if none is
+        queued (requests with a batch in flight wait)."""
         best = None
         for voice in self._voice_turn:
-            d = self._due_in(voice, now, max_items, urgent, spill)
+            d = self._due_in(self._takers(voice, pick), self._size(pick), now)
             if d is not None and (best is None or d < best):
                 best = d
         return best
 
-    def _batch_size(self, max_items: int | None) -> int:
-        return self.config.max_batch_size if max_items is None else min(max_items, self.config.max_batch_size)
-
-    def _due_in(self, voice: Hashable, now: float, max_items: int | None = None,
-                urgent: bool | None = None, spill: bool = False, step: bool = False) -> float | None:
+    def _due_in(self, rs: list[_Request], size: int, now: float) -> float | None:
+        """Seconds until a batch of `size` items from `rs` is due: at once when full (by items
+        or phonemes), else when its oldest item has waited max_wait_ms."""
         c = self.config
-        full = self._batch_size(max_items)
         count = cost = 0
         oldest = None
-        for r in self._schedulable(voice, urgent, spill, step):
+        for r in rs:
             count += len(r.queue)
             if cost < c.max_batch_phonemes:
                 cost += sum(it.cost for it in r.queue)
@@ -430,7 +460,7 @@ class Scheduler:
             oldest = a if oldest is None else min(oldest, a)
         if oldest is None:
             return None
-        if count >= full or cost >= c.max_batch_phonemes:
+        if count >= size or cost >= c.max_batch_phonemes:
             return 0.0
         return max(0.0, oldest + c.max_wait_ms / 1000.0 - now)
 
@@ -441,47 +471,36 @@ class Scheduler:
         """Device seconds the voice's batches have used (as reported to `complete`)."""
         return self._voice_time.get(voice, 0.0)
 
-    def schedule(self, now: float, force: bool = False, max_items: int | None = None,
-                 urgent: bool | None = None, spill: bool = False,
-                 room: Mapping[Hashable, int] | None = None) -> Batch | None:
-        """The next batch to run, or None if none is due yet (see `next_deadline`).
-        force=True starts a batch now even if it is not full (e.g. at shutdown).
-        max_items: a smaller batch size for this batch (the engine's CPU lanes: 1).
-        urgent: True / False = of urgent / other requests only (see "Urgent work").
-        spill: requests with a batch in flight may give a second one (see "Spill").
+    def schedule(self, now: float, pick: Pick = ANY, room: Mapping[Hashable, int] | None = None) -> Batch | None:
+        """The next batch that `pick` may take, or None if none is due yet (see `next_deadline`).
         room: step voices (see "Step voices"): items each may take now; such a voice is due at
         once when it has room and anything queued (its sequences join the running ones)."""
         best = None  # least device time used first; among equals, the least recently served
         for voice in self._voice_turn:
-            limit = max_items
-            if room is not None and voice in room:
+            size, step = self._size(pick), room is not None and voice in room
+            if step:
                 if room[voice] <= 0:
                     continue
-                limit = room[voice] if limit is None else min(limit, room[voice])
-                due = self._due_in(voice, now, limit, urgent, spill, step=True)
-                due = None if due is None else 0.0
-            else:
-                due = self._due_in(voice, now, limit, urgent, spill)
-            if due is None or (due > 0 and not force):
+                size = min(size, room[voice])
+            rs = self._takers(voice, pick, step)
+            due = self._due_in(rs, size, now)
+            if due is None or (due > 0 and pick.wait and not step):
                 continue
             key = (self._voice_time.get(voice, 0.0), self._voice_served.get(voice, -1))
             if best is None or key < best[0]:
-                best = (key, voice)
+                best = (key, voice, rs, size, step)
         if best is None:
             return None
-        voice = best[1]
+        _, voice, rs, size, step = best
         self._voice_served[voice] = next(self._batches)
-        reserve = 0
-        if room is not None and voice in room:
-            max_items = room[voice] if max_items is None else min(max_items, room[voice])
-            reserve = 1
-        batch = self._build(voice, now, max_items, urgent, spill, reserve)
+        batch = self._build(voice, self._order(voice, rs, now, pick, step), now, size, int(step), pick.waits_s)
         return batch if batch.items else None
 
-    def _build(self, voice: Hashable, now: float, max_items: int | None, urgent: bool | None,
-               spill: bool = False, reserve: int = 0) -> Batch:
+    def _build(self, voice: Hashable, rs: list[_Request], now: float, size: int, reserve: int,
+               cls: tuple[float, float]) -> Batch:
+        """A batch of at most `size` items from `rs` (in service order); `reserve`: slots of a
+        step voice left for a newcomer; `cls`: the pick's class (rescues take turns within it)."""
         c = self.config
-        size = self._batch_size(max_items)
         # a stream's first item takes no successor of its request into the batch unless it is
         # short (<= max_batch_phonemes / 2): a longer one may be cut (see "Cut sentences") and
         # its rest must come before them; a short one with successors is not marked early
@@ -489,7 +508,7 @@ class Scheduler:
         cost = 0
         lo = hi = 0
         blocked: set = set()  # requests with a skipped item: their later items must wait too
-        for it in self._candidates(voice, now, urgent, spill, step=bool(reserve)):
+        for it in self._candidates(rs):
             if len(chosen) >= size:
                 break
             if it.request_id in blocked:
@@ -517,9 +536,9 @@ class Scheduler:
             hi = max(hi, it.cost)
         # a rescue (the batch's lead is starving) gives the next batch to the others
         if chosen and self._starving(self._requests[chosen[0].request_id], now):
-            self._rescued.add((voice, urgent))
+            self._rescued.add((voice, cls))
         else:
-            self._rescued.discard((voice, urgent))
+            self._rescued.discard((voice, cls))
         early = []
         several = {rid for rid, n in Counter(it.request_id for it in chosen).items() if n > 1}
         for k, it in enumerate(chosen):
@@ -553,6 +572,3 @@ class Scheduler:
             if r is not None:
                 r.running -= 1
 
-
-def batch_cost(items: Sequence[Item]) -> int:
-    return sum(it.cost for it in items)

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,15 +33,13 @@ from ..options import SynthesisOptions
 from ..voice import SharedComponent, StepResult, StepRunner, Unit, piece_error, piece_words
 from .admission import Accepted, DeviceAdmission
 from .output import RequestOutput
-from .scheduler import Batch, Item, Scheduler
+from .device_time import DeviceTime
+from .scheduler import ANY, NOW, Batch, Item, Pick, Scheduler
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 log = logging.getLogger(__name__)
-
-Pick = Callable[[float, "Mapping[str, int] | None"], "Batch | None"]
-"""How an executor takes a one-shot batch from the scheduler: (now, step voices' room) -> batch."""
 
 
 @dataclass
@@ -119,11 +117,12 @@ class DeviceWorker:
         self.voices = list(voices)
         self.ids = ids  # this device's request ids (the engine finds a request's worker by its id)
         self.requests: dict[int, RequestState] = {}
-        self.scheduler = Scheduler(engine.config.scheduler)
+        self.time = DeviceTime()  # predicted device seconds: the scheduler's and admission's unit
+        self.scheduler = Scheduler(engine.config.scheduler, self.time)
         self.cond = threading.Condition()
         self.lanes = max(1, lanes)
-        # the device's speed per voice, each voice's cost per character, the time test
-        self.admission = DeviceAdmission(self.voices, engine.config.max_queue_wait_s, self.lanes)
+        # each voice's cost per character and the time test, in the same device seconds
+        self.admission = DeviceAdmission(self.time, engine.config.max_queue_wait_s, self.lanes)
         self.running_cost: dict[str, int] = {}  # cost of the work in flight, per voice
         self.running_batch = 0  # items in the work in flight
         self._busy_from = 0.0  # when the device last went from idle to busy (monotonic)
@@ -146,15 +145,19 @@ class DeviceWorker:
         self._stage_busy = False
 
     # ================================================================ schedule (lock held)
-    def schedule(self, now: float, pick: Pick) -> Plan | None:
-        """The next step's work, or None if none is due. `pick`: the executor's way to take a
-        one-shot batch (the serial one: the scheduler's next batch; the CPU one: per lane)."""
+    def schedule(self, now: float, picks: Sequence[Pick]) -> Plan | None:
+        """The next step's work, or None if none is due. `picks`: what the executor may take
+        now, tried in order (the serial one: `ANY`; a CPU lane: its class, then fallbacks)."""
         stage = self._take_stage()
         if stage is not None:
             return Plan(stage=stage)
         if self._step_turn():  # a step of the running sequences, newcomers joining first
-            return self._step_plan(self.scheduler.schedule(now, force=True, room=self._room(joins_only=True)))
-        batch = pick(now, self._room())
+            return self._step_plan(self.scheduler.schedule(now, NOW, room=self._room(joins_only=True)))
+        batch, room = None, self._room()
+        for pick in picks:
+            batch = self.scheduler.schedule(now, pick, room)
+            if batch is not None:
+                break
         if batch is not None and batch.voice in self.steppers:
             return self._step_plan(batch)
         if batch is not None:
@@ -426,7 +429,7 @@ class DeviceWorker:
         self.running_batch -= 1
         self.running_cost[q.voice] = self.running_cost.get(q.voice, 0) - q.item.cost
         if ok and q.seconds > 0:
-            self.admission.observe(q.voice, q.item.cost, q.seconds)
+            self.time.observe(q.voice, q.item.cost, q.seconds)
         self._last_done = time.monotonic()
 
     def _maybe_resume(self, rid: int, resume: list) -> None:
@@ -464,7 +467,7 @@ class DeviceWorker:
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) - batch.cost
         t = time.monotonic()
         if done_cost:
-            self.admission.observe(batch.voice, done_cost, t - max(self._last_done, self._busy_from))
+            self.time.observe(batch.voice, done_cost, t - max(self._last_done, self._busy_from))
         self._last_done = t
 
     def work_ahead(self) -> dict[str, float]:
@@ -485,14 +488,15 @@ class DeviceWorker:
         return self.admission.wait_s(self.work_ahead())
 
     def accepted(self, now: float) -> dict[int, Accepted]:
-        """This device's accepted requests as admission sees them (the scheduler's accounting)."""
+        """This device's accepted requests as admission sees them: the work each has left in the
+        scheduler's unit (predicted device seconds) and its deadline."""
         out = {}
         for r in self.requests.values():
             if not r.finished:
                 left = self.scheduler.pending_cost(r.id)
                 if r.total is None:
                     left += max(0.0, r.est_cost - r.produced_cost)
-                out[r.id] = Accepted(r.voice, left, r.live_deadline(now))
+                out[r.id] = Accepted(self.time.seconds(r.voice, left), r.live_deadline(now))
         return out
 
     # ================================================================ by hand
@@ -502,8 +506,7 @@ class DeviceWorker:
         none; for a stage, an empty batch of the component's key), or None when there was
         nothing to do."""
         with self.cond:
-            plan = self.schedule(time.monotonic() if now is None else now,
-                                 lambda t, room: self.scheduler.schedule(t, force=force, room=room))
+            plan = self.schedule(time.monotonic() if now is None else now, (NOW if force else ANY,))
         if plan is None:
             return None
         self.update(plan, self.execute(plan))
