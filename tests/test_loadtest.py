@@ -70,3 +70,42 @@ def test_request_mix_does_not_depend_on_timing(corpus20, monkeypatch):
     # the first requests are a spread of the corpus, not its first rows
     first = [loadtest.request_order(20)[n] for n in range(10)]
     assert sorted(first) != list(range(10))
+
+
+def test_a_refused_request_does_not_break_the_clients_next_one():
+    """A 429 with a Content-Length body, then a 200 on the same kept-alive connection: the
+    client read the refusal to its end without closing the response, and its next request
+    failed with status 0 (ResponseNotReady) on every 429 of a loaded benchmark."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = iter([(429, b'{"error": "busy"}'), (200, b"\x00\x00" * 2205)])
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status, body = next(answers)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Sample-Rate", "22050")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = LoadConfig(url=f"http://127.0.0.1:{server.server_port}", timeout_s=10).validate()
+        box = [None]
+        row = {"category": "short", "id": "s1", "text": "Hello."}
+        first, second = loadtest.one_request(cfg, box, row), loadtest.one_request(cfg, box, row)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert first.status == 429
+    assert second.status == 200, second.error
+    assert second.audio_s == pytest.approx(0.1)

@@ -142,6 +142,9 @@ def one_request(cfg: LoadConfig, conn_box: list, row: dict) -> Result:
             if ttfa is None:
                 ttfa = time.perf_counter() - t0
             chunks.append(b)
+        # read1 leaves a Content-Length answer (a 429's) open at its end: the connection would
+        # refuse its next request (ResponseNotReady)
+        resp.close()
         latency = time.perf_counter() - t0
         data = b"".join(chunks)
         if resp.status != 200:
