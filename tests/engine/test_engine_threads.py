@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -532,3 +533,29 @@ def test_a_started_engine_releases_free_memory_each_period_it_serves_and_not_whi
             time.sleep(0.02)
         assert len(calls) == m + 1
     assert not eng._memory_release._thread.is_alive()  # shutdown stops it
+
+
+def test_a_lanes_policy_is_picks_built_once():
+    """The CPU lanes ask the scheduler with frozen picks made at start (no flags per call): a
+    lane takes its class; urgent lane 0 also a lone batch of any class; with a core free, its
+    class's second sentence (spill). A reniced lane leaves a lone batch to urgent lane 0."""
+    from voxserve.engine.scheduler import Pick
+
+    v = FakeVoice(concurrent_runs=True)
+    eng = Engine([v], cfg(), cpu=two_threads(urgent_max_s=0.5)).start(threads=False)
+    try:
+        ex = eng._executors["cpu"]
+        short, long, anything = Pick.short(0.5, 1), Pick.long(0.5, 1), Pick(items=1)
+        assert [ex._picks(2, True), ex._picks(0, False)] == [(short, replace(short, second=True)),
+                                                            (long, replace(long, second=True))]
+        eng.submit("fake", "one lone request. with two sentences.", None, RecordingSink())
+        deadline = time.time() + 5
+        while eng.queued_sentences() < 2 and time.time() < deadline:
+            time.sleep(0.005)
+        assert ex._picks(2, True) == (short, anything, replace(short, second=True))  # urgent lane 0
+        assert ex._picks(3, True) == ()  # urgent lane 1: lane 0 of its class first
+        assert ex._picks(0, False) == ()  # a lone batch is urgent lane 0's
+        assert ex._picks(2, None) == (anything, replace(anything, second=True))  # contended: any work
+        assert ex._picks(2, True)[0] is ex._picks(2, True)[0]  # the same object each time: built once
+    finally:
+        eng.shutdown(1)
