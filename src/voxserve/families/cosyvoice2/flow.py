@@ -128,9 +128,10 @@ class RelAttention(nn.Module):
         self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.dk))
 
     def forward(self, x: torch.Tensor, mask: "KeepRows", pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
-        """x [B, T, d]; mask: [B, T, P + T] by rows; pos from RelPositions(T, past=P). past: the
-        rows' cached (k, v) [B, H, P, dk], left-padded to P (so that key index minus P is the
-        offset from every row's first new frame); out_kv: a list that gets this call's (k, v)."""
+        """x [B, T, d]; mask: [B, T, P + T] by rows; pos from RelPositions(T, past=P). past:
+        (k, v) [B, H, T, dk] -> the keys and values attended to, the rows' cached ones first,
+        left-padded to P (so that key index minus P is the offset from every row's first new
+        frame); out_kv: a list that gets this call's (k, v)."""
         b, t, _ = x.shape
         q = self.linear_q(x).view(b, t, self.h, self.dk).transpose(1, 2)  # [B, H, T, dk]
         k = self.linear_k(x).view(b, t, self.h, self.dk).transpose(1, 2)
@@ -138,7 +139,7 @@ class RelAttention(nn.Module):
         if out_kv is not None:
             out_kv += [k, v]
         if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+            k, v = past(k, v)
         n_keys = k.shape[2]
         p = self.linear_pos(pos).view(1, -1, self.h, self.dk).transpose(1, 2)  # [1, H, P+2T-1, dk]
         scale = 1.0 / math.sqrt(self.dk)
@@ -291,7 +292,7 @@ class UpsampleEncoder(nn.Module):
         x = self.pre_lookahead_layer(x)  # [B, T, d]
         idx = (past[:, None] + torch.arange(n, device=dev)[None]).clamp(max=x.shape[1] - 1)
         x = x.gather(1, idx[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, N, d] the new tokens
-        kv_in = _left_padded([c.enc_kv for c in caches], 2 * len(self.encoders) + 2 * len(self.up_encoders))
+        kv_in = None if all(c.enc_kv is None for c in caches) else [c.enc_kv for c in caches]
         kv_out: list[torch.Tensor] = []
         x = self._stack(self.encoders, x, past, new, max(past_n), d.encoder_chunk, kv_in, kv_out, 0)
         # the up conv reads 4 upsampled frames back: the last 2 tokens before the chunk
@@ -308,7 +309,11 @@ class UpsampleEncoder(nn.Module):
             c.enc_tail = tails[j]
             # the token blocks' keys are a token each, the up blocks' a frame each
             own = [t[j, :, : new_n[j] * (1 if i < 2 * len(self.encoders) else r)] for i, t in enumerate(kv_out)]
-            c.enc_kv = own if c.enc_kv is None else [torch.cat([old, o], 1) for old, o in zip(c.enc_kv, own)]
+            if c.enc_kv is None:
+                c.enc_kv = [o.contiguous() for o in own]  # not a view of the batch's tensor
+            else:  # slot by slot: one slot of one row held twice at a time
+                for i, o in enumerate(own):
+                    c.enc_kv[i] = torch.cat([c.enc_kv[i], o], 1)
         return self.after_norm(x), [k * r for k in new_n]
 
     def _stack(self, layers, x, past, new, p: int, chunk, kv_in, kv_out, first):
@@ -319,7 +324,10 @@ class UpsampleEncoder(nn.Module):
         pos = self.pos(n, x.device, x.dtype, past=p)
         for k, layer in enumerate(layers):
             i = first + 2 * k
-            x = layer(x, keep, pos, None if kv_in is None else (kv_in[i], kv_in[i + 1]), kv_out)
+            past_kv = None if kv_in is None else (
+                lambda nk, nv, i=i: (_with_past([r and r[i] for r in kv_in], nk, p, 1, left=True),
+                                     _with_past([r and r[i + 1] for r in kv_in], nv, p, 1, left=True)))
+            x = layer(x, keep, pos, past_kv, kv_out)
         return x
 
 
@@ -562,25 +570,29 @@ class FlowCache:
 class Tape:
     """One estimator call of a chunk batch: it feeds each stateful layer the rows' cached
     state, in order, and records what the rows' caches gain. Rows are 2B: B streams'
-    conditioned rows, then their guidance rows."""
+    conditioned rows, then their guidance rows. A layer's batched past is made when the layer
+    runs and dropped after it (one layer's keys at a time, not every step's and layer's)."""
 
-    def __init__(self, past: list[torch.Tensor] | None, past_len: torch.Tensor, new_len: torch.Tensor,
-                 keep: torch.Tensor):
-        self.past, self.past_len, self.new_len, self.keep = past, past_len, new_len, keep
+    def __init__(self, caches: "list[FlowCache]", step: int, p: int, new_len: torch.Tensor, keep: torch.Tensor):
+        self.caches, self.step, self.p, self.new_len, self.keep = caches, step, p, new_len, keep
         self.i = 0
         self.out: list[torch.Tensor] = []
 
-    def _next(self):
-        p = None if self.past is None else self.past[self.i]
+    def _next(self) -> list[torch.Tensor | None] | None:
+        """The next slot of each row's cache ([2, ...]; None: a row without one), None if no row has one."""
+        rows = [None if c.steps is None else c.steps[self.step][self.i] for c in self.caches]
         self.i += 1
-        return p
+        return None if all(r is None for r in rows) else rows
 
     def conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         """A causal conv of the new frames x [R, C, N] after each row's cached inputs."""
         k = conv.kernel_size[0] - 1
-        prev = self._next()
-        if prev is None:
+        rows = self._next()
+        if rows is None:
             prev = x.new_zeros(x.shape[0], x.shape[1], k)
+        else:  # [2B, C, k]: the conditioned rows, then the guidance rows
+            parts = [x.new_zeros(2, x.shape[1], k) if r is None else r for r in rows]
+            prev = torch.cat([torch.stack([q[h] for q in parts]) for h in (0, 1)])
         xx = torch.cat([prev, x], -1)
         idx = self.new_len[:, None] + torch.arange(k, device=x.device)[None]  # the row's last k inputs
         self.out.append(xx.gather(-1, idx[:, None, :].expand(-1, x.shape[1], -1)))
@@ -592,7 +604,7 @@ class Tape:
         self.out += [k, v]
         if pk is None:
             return k, v
-        return torch.cat([pk, k], 2), torch.cat([pv, v], 2)
+        return _with_past(pk, k, self.p, 2), _with_past(pv, v, self.p, 2)
 
 
 def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, p: int, n: int, chunk: int,
@@ -611,42 +623,24 @@ def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, p: int, n: int, c
     return keep | ~keep.any(-1, keepdim=True)
 
 
-def _left_padded(rows: list[list[torch.Tensor] | None], slots: int) -> list[torch.Tensor] | None:
-    """Per slot, the rows' cached [H, P_r, dk] batched as [B, H, P, dk], each row's at the end."""
-    have = [r for r in rows if r is not None]
-    if not have:
-        return None
-    out = []
-    for slot in range(slots):
-        like = have[0][slot]
-        p = max(r[slot].shape[1] for r in have)
-        buf = like.new_zeros(len(rows), like.shape[0], p, like.shape[2])
-        for j, r in enumerate(rows):
-            if r is not None and r[slot].shape[1]:
-                buf[j, :, p - r[slot].shape[1]:] = r[slot]
-        out.append(buf)
-    return out
-
-
-def _gather_past(caches: list[FlowCache], step: int) -> list[torch.Tensor] | None:
-    """Step `step` of B caches -> per slot, the 2B rows batched (K/V padded to the longest)."""
-    have = [c for c in caches if c.steps is not None]
-    if not have:
-        return None
-    out = []
-    for slot, like in enumerate(have[0].steps[step]):
-        rows = [None if c.steps is None else c.steps[step][slot] for c in caches]
-        if like.dim() == 3:  # conv inputs [2, C, k]
-            parts = [torch.zeros_like(like) if r is None else r for r in rows]
-            out.append(torch.cat([torch.stack([p[h] for p in parts]) for h in (0, 1)]))
-        else:  # keys / values [2, H, P, hd]
-            p = max(0 if r is None else r.shape[2] for r in rows)
-            buf = like.new_zeros(2 * len(rows), like.shape[1], p, like.shape[3])
-            for j, r in enumerate(rows):
-                if r is not None:
-                    buf[j, :, : r.shape[2]] = r[0]
-                    buf[len(rows) + j, :, : r.shape[2]] = r[1]
-            out.append(buf)
+def _with_past(rows: list[torch.Tensor | None], new: torch.Tensor, p: int, pairs: int,
+               left: bool = False) -> torch.Tensor:
+    """One layer's keys (or values) for a batch: rows' cached [pairs, H, P_r, dk] (pairs = 1:
+    [H, P_r, dk]; None: none) before the new ones, new [pairs x B, H, N, dk] (pairs = 2: the B
+    conditioned rows, then the B guidance rows) -> [pairs x B, H, p + N, dk], row r's cache in
+    the first P_r of the p slots (the last P_r if `left`), zeros in the rest."""
+    b = len(rows)
+    out = new.new_empty(new.shape[0], new.shape[1], p + new.shape[2], new.shape[3])
+    out[:, :, p:] = new
+    grid = out.view(pairs, b, *out.shape[1:])  # [pairs, B, H, p + N, dk]
+    for j, r in enumerate(rows):
+        n = 0 if r is None else r.shape[-2]
+        cached = slice(p - n, p) if left else slice(0, n)
+        pad = slice(0, p - n) if left else slice(n, p)
+        if n:
+            grid[:, j, :, cached] = r.reshape(pairs, *r.shape[-3:])
+        if n < p:
+            grid[:, j, :, pad] = 0
     return out
 
 
@@ -655,18 +649,18 @@ def _extend(caches: list[FlowCache], tapes: list[Tape], new_len: Sequence[int], 
     b = len(caches)
     for j, c in enumerate(caches):
         n = new_len[j]
-        steps = []
+        if c.steps is None:
+            c.steps = [[None] * len(tape.out) for tape in tapes]
         for s, tape in enumerate(tapes):
-            slots = []
             for slot, t in enumerate(tape.out):
-                pair = t[[j, b + j]]
-                if t.dim() == 4:  # keys / values: cached, then this chunk's
-                    pair = pair[:, :, :n]
-                    if c.steps is not None:
-                        pair = torch.cat([c.steps[s][slot], pair], 2)
-                slots.append(pair.contiguous())
-            steps.append(slots)
-        c.steps, c.frames = steps, frames[j]
+                pair = t[[j, b + j]]  # a copy: the batch's tensor is not kept
+                if t.dim() == 4 and c.steps[s][slot] is not None:  # keys / values: cached, then this chunk's
+                    pair = torch.cat([c.steps[s][slot], pair[:, :, :n]], 2)
+                elif t.dim() == 4:
+                    pair = pair[:, :, :n].contiguous()
+                # slot by slot: the old tensor goes now (one slot of one row held twice at a time)
+                c.steps[s][slot] = pair
+        c.frames = frames[j]
         c.bytes = c.nbytes()
 
 
@@ -753,7 +747,7 @@ class CosyFlow(nn.Module):
         noise = self.noise[0, :, at.clamp(max=self.noise.shape[-1] - 1)].permute(1, 0, 2).to(mu.dtype)  # [B, 80, N]
         past2, new2 = torch.cat([past, past]), torch.cat([new, new])
         keep = _chunk_keep(past2, new2, max(past_n), n, d.est_chunk)
-        tapes = [Tape(_gather_past(caches, s), past2, new2, keep) for s in range(d.steps)]
+        tapes = [Tape(caches, s, max(past_n), new2, keep) for s in range(d.steps)]
         mel = self.decoder(mu, mask, spks, cond, noise * mask, True, tapes)
         _extend(caches, tapes, new_n, frames)
         return mel, new_n
