@@ -11,7 +11,8 @@ request the family admits (4096 characters, the server's input bound; chunks are
 the figure is the model's working memory, not a whole answer held) and prints the peak RSS. The
 children run under the server's allocator (jemalloc with purging off, where the system has it).
 While it streams, a child writes a progress line to stderr at most every 30 s (audio made,
-peak RSS so far): a run stopped by its timeout or cap still tells how far it got.
+peak RSS so far; passed through as it comes): a run stopped by its timeout or cap still tells
+how far it got.
 """
 
 from __future__ import annotations
@@ -116,18 +117,15 @@ def main(argv: list[str]) -> None:
     print("| family | worst request | baseline RSS (MB) | peak RSS (MB) | audio (s) | time (s) | note |")
     print("|---|---|---|---|---|---|---|")
     for fam in argv or ["piper", "sbv2", "cosyvoice2", "bark"]:
-        try:
+        try:  # the child's stderr (progress, errors) goes straight to ours
             p = subprocess.run(["prlimit", f"--as={cap}", "--", sys.executable, __file__, "--child", fam],
-                               capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired as e:
-            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-            told = [ln for ln in err.splitlines() if ln.startswith("progress:")]
-            print(f"| {fam} | | | timed out after {timeout:.0f} s | | | {told[-1:]} |", flush=True)
+                               stdout=subprocess.PIPE, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            print(f"| {fam} | | | timed out after {timeout:.0f} s (its last progress line above) | | | |", flush=True)
             continue
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
         if p.returncode or not lines:
-            told = [ln for ln in p.stderr.splitlines() if ln.startswith("progress:")]
-            print(f"| {fam} | | | failed (exit {p.returncode}) | | | {p.stderr.strip().splitlines()[-1:]} {told[-1:]} |")
+            print(f"| {fam} | | | failed (exit {p.returncode}; its stderr above) | | | |", flush=True)
             continue
         r = json.loads(lines[-1])
         print(f"| {fam} | | {r['baseline_mb']} | {r['peak_mb']} | {r['audio_s']} | {r['seconds']} | {r['error'] or ''} |",
