@@ -290,7 +290,8 @@ class UpsampleEncoder(nn.Module):
     def chunk(self, emb: torch.Tensor, lengths: Sequence[int], seen: Sequence[int], caches: "list[FlowCache]"):
         """Streaming (chunk-masked) encoding of the tokens past each row's cache: emb [B, W, d]
         each row's token embeddings from `LEFT_CONTEXT` tokens before its first new one
-        (`window`), lengths and seen as `forward`'s -> ([B, 2N, d] the new frames, their
+        through the look-ahead of its last (zeros outside its tokens; `CosyFlow.chunk` makes
+        them), lengths and seen as `forward`'s -> ([B, 2N, d] the new frames, their
         counts [B] (host ints)).
         The input layer and look-ahead convs run over the window only (what the new tokens'
         outputs read); the conformer blocks attend from the new frames to the cached keys."""
@@ -335,7 +336,8 @@ class UpsampleEncoder(nn.Module):
         (past_n, new_n: the same counts as host ints)."""
         p = max(past_n)
         n = x.shape[1]
-        keep = KeepRows(whole=_chunk_keep(past, new, p, n, chunk, left=True))  # a chunk's: small
+        # rows without a cache anywhere attend as a batch; else each row its own (ChunkRows)
+        keep = KeepRows(whole=_chunk_keep(past, new, p, n, chunk, left=True)) if kv_in is None else None
         pos = self.pos(n, x.device, x.dtype, past=p)
         for k, layer in enumerate(layers):
             i = first + 2 * k
@@ -505,9 +507,9 @@ class Estimator(nn.Module):
         h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], 1)
         if tape is None:
             keep = KeepRows(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
-        else:
-            keep = KeepRows(whole=tape.keep)
-        # keep: [B, T, T(+cached)], each attention step makes its rows' mask (KeepRows, _bias)
+        else:  # None: the rows have caches and attend one stream at a time (Tape.attend)
+            keep = None if tape.keep is None else KeepRows(whole=tape.keep)
+        # keep: [B, T, T], each attention step makes its rows' mask (KeepRows, _bias)
         res, blocks, conv = self.down_blocks[0]
         h = self._blocks(blocks, res(h, mask, temb, tape), keep, tape)
         skip = h
@@ -585,11 +587,11 @@ class FlowCache:
 class Tape:
     """One estimator call of a chunk batch: it feeds each stateful layer the rows' cached
     state, in order, and records what the rows' caches gain. Rows are 2B: B streams'
-    conditioned rows, then their guidance rows. A layer's batched past is made when the layer
-    runs and dropped after it (one layer's keys at a time, not every step's and layer's)."""
+    conditioned rows, then their guidance rows. An attention layer reads each stream's cache
+    as it is (`ChunkRows`): no batched copy of the caches is made."""
 
     def __init__(self, caches: "list[FlowCache]", step: int, past_n: list[int], new_n: list[int], chunk: int,
-                 new_len: torch.Tensor, keep: torch.Tensor):
+                 new_len: torch.Tensor, keep: torch.Tensor | None):
         self.caches, self.step, self.new_len, self.keep = caches, step, new_len, keep
         self.past_n, self.new_n, self.chunk = past_n, new_n, chunk
         self.i = 0
@@ -794,7 +796,8 @@ class CosyFlow(nn.Module):
         cond = cond * ((at < pframes[:, None]) & (at < pf.shape[-1]))[:, None].to(cond.dtype) * mask
         noise = self.noise[0, :, at.clamp(max=self.noise.shape[-1] - 1)].permute(1, 0, 2).to(mu.dtype)  # [B, 80, N]
         past2, new2 = torch.cat([past, past]), torch.cat([new, new])
-        keep = _chunk_keep(past2, new2, max(past_n), n, d.est_chunk)
+        # the batch's mask, for a batch of streams without caches (else each row makes its own)
+        keep = _chunk_keep(past2, new2, 0, n, d.est_chunk) if max(past_n) == 0 else None
         tapes = [Tape(caches, s, past_n, new_n, d.est_chunk, new2, keep) for s in range(d.steps)]
         mel = self.decoder(mu, mask, spks, cond, noise * mask, True, tapes)
         _extend(caches, tapes, new_n, frames)
