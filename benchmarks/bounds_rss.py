@@ -3,13 +3,16 @@
 Each family runs in its own child process under an address-space cap (`prlimit --as`), so a
 request that grew without bound fails in the child instead of taking the machine:
 
-    PYTHONPATH=src python benchmarks/bounds_rss.py [--as-bytes 4000000000] [piper sbv2 cosyvoice2 bark]
+    PYTHONPATH=src python benchmarks/bounds_rss.py [--as-bytes 4000000000] [--timeout 1800] [piper sbv2 cosyvoice2 bark]
 
 A child builds its family's tiny model as the tests do (tests/*fixtures.py), loads it, says one
 short sentence (the baseline: model, allocator and kernels in place), then streams the worst
 request the family admits (4096 characters, the server's input bound; chunks are dropped, so
 the figure is the model's working memory, not a whole answer held) and prints the peak RSS. The
 children run under the server's allocator (jemalloc with purging off, where the system has it).
+While it streams, a child writes a progress line to stderr at most every 30 s (audio made,
+peak RSS so far; passed through as it comes): a run stopped by its timeout or cap still tells
+how far it got.
 """
 
 from __future__ import annotations
@@ -79,9 +82,14 @@ def child(family: str) -> dict:
     voice.synthesize(short, opts)
     base = _peak_mb()
     t0, samples, error = time.perf_counter(), 0, None
+    told = t0
     try:
         for chunk in voice.stream(worst, opts):
             samples += len(chunk.samples)
+            if time.perf_counter() - told > 30:
+                told = time.perf_counter()
+                print(f"progress: {samples / voice.sample_rate:.1f} s of audio, peak RSS {_peak_mb():.0f} MB, "
+                      f"{told - t0:.0f} s", file=sys.stderr, flush=True)
     except voxserve.VoxserveError as e:  # a refusal is an answer too
         error = f"{type(e).__name__}: {e}"
     return {"family": family, "baseline_mb": round(base), "peak_mb": round(_peak_mb()),
@@ -93,9 +101,13 @@ def main(argv: list[str]) -> None:
     if argv and argv[0] == "--child":
         print(json.dumps(child(argv[1])))
         return
-    cap = "4000000000"
-    if argv and argv[0] == "--as-bytes":
-        cap, argv = argv[1], argv[2:]
+    cap, timeout = "4000000000", 1800.0
+    while argv and argv[0] in ("--as-bytes", "--timeout"):
+        if argv[0] == "--as-bytes":
+            cap = argv[1]
+        else:
+            timeout = float(argv[1])
+        argv = argv[2:]
     # the server's allocator (runtime/allocator.py): jemalloc, purging off, where the system has it
     from voxserve.runtime.allocator import JEMALLOC_CONF, find_jemalloc
 
@@ -105,11 +117,15 @@ def main(argv: list[str]) -> None:
     print("| family | worst request | baseline RSS (MB) | peak RSS (MB) | audio (s) | time (s) | note |")
     print("|---|---|---|---|---|---|---|")
     for fam in argv or ["piper", "sbv2", "cosyvoice2", "bark"]:
-        p = subprocess.run(["prlimit", f"--as={cap}", "--", sys.executable, __file__, "--child", fam],
-                           capture_output=True, text=True, timeout=1800, env=env)
+        try:  # the child's stderr (progress, errors) goes straight to ours
+            p = subprocess.run(["prlimit", f"--as={cap}", "--", sys.executable, __file__, "--child", fam],
+                               stdout=subprocess.PIPE, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            print(f"| {fam} | | | timed out after {timeout:.0f} s (its last progress line above) | | | |", flush=True)
+            continue
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
         if p.returncode or not lines:
-            print(f"| {fam} | | | failed (exit {p.returncode}) | | | {p.stderr.strip().splitlines()[-1:]} |")
+            print(f"| {fam} | | | failed (exit {p.returncode}; its stderr above) | | | |", flush=True)
             continue
         r = json.loads(lines[-1])
         print(f"| {fam} | | {r['baseline_mb']} | {r['peak_mb']} | {r['audio_s']} | {r['seconds']} | {r['error'] or ''} |",

@@ -34,6 +34,7 @@ from ...runtime.sync import upload
 
 SCORE_BLOCK = attention.SCORE_BLOCK  # longer inputs attend by rows of queries (runtime/attention.py)
 NOISE_FRAMES = 50 * 300  # upstream's fixed noise buffer: 300 s of mel frames, seed 0
+LEFT_CONTEXT = 2  # tokens before a chunk's first that its look-ahead layer reads (causal conv of 3)
 
 
 @dataclass(frozen=True)
@@ -127,34 +128,48 @@ class RelAttention(nn.Module):
         self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.dk))
         self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.dk))
 
-    def forward(self, x: torch.Tensor, mask: "KeepRows", pos: torch.Tensor, past=None, out_kv=None) -> torch.Tensor:
-        """x [B, T, d]; mask: [B, T, P + T] by rows; pos from RelPositions(T, past=P). past: the
-        rows' cached (k, v) [B, H, P, dk], left-padded to P (so that key index minus P is the
-        offset from every row's first new frame); out_kv: a list that gets this call's (k, v)."""
+    def forward(self, x: torch.Tensor, mask: "KeepRows", pos: torch.Tensor, past: "ChunkRows | None" = None,
+                out_kv=None) -> torch.Tensor:
+        """x [B, T, d]; mask: [B, T, T] by rows (unused with `past`); pos from RelPositions(T,
+        past=P). past: the rows' cached keys and values (P = the most cached): each row attends
+        to its own cache and new keys, one row at a time (no batched copy of the caches);
+        out_kv: a list that gets this call's (k, v)."""
         b, t, _ = x.shape
         q = self.linear_q(x).view(b, t, self.h, self.dk).transpose(1, 2)  # [B, H, T, dk]
         k = self.linear_k(x).view(b, t, self.h, self.dk).transpose(1, 2)
         v = self.linear_v(x).view(b, t, self.h, self.dk).transpose(1, 2)
         if out_kv is not None:
             out_kv += [k, v]
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        n_keys = k.shape[2]
         p = self.linear_pos(pos).view(1, -1, self.h, self.dk).transpose(1, 2)  # [1, H, P+2T-1, dk]
         scale = 1.0 / math.sqrt(self.dk)
         qv, qu, pt = (q + self.pos_bias_v[None, :, None]) * scale, q + self.pos_bias_u[None, :, None], p.transpose(-2, -1)
-        rows = attention.query_rows(b * self.h, t, p.shape[2], SCORE_BLOCK)
+        if past is None:
+            out = self._attend(qv, qu, k, v, pt, lambda i0, i1: mask.rows(i0, i1), 0)
+        else:
+            most = max(past.past)
+            out = torch.empty_like(q)
+            for j, (kj, vj) in enumerate(past.keys(k, v)):
+                out[j] = self._attend(qv[j:j + 1], qu[j:j + 1], kj[None], vj[None], pt,
+                                      lambda i0, i1, j=j: past.keep(j, i0, i1, kj.shape[1])[None], most - past.past[j])[0]
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.dk))
+
+    def _attend(self, qv, qu, k, v, pt, keep, shift: int) -> torch.Tensor:
+        """qv, qu [b, H, T, dk] the queries with either position bias; k, v [b, H, K, dk] (the
+        first K - T cached: P - shift of them); pt [1, H, dk, P + 2T - 1]; keep(i0, i1) ->
+        [b, i1 - i0, K] bool -> [b, H, T, dk]."""
+        b, t, n_keys = qv.shape[0], qv.shape[2], k.shape[2]
+        rows = attention.query_rows(b * self.h, t, pt.shape[-1], SCORE_BLOCK)
         outs = []
         for i0 in range(0, t, rows):
             i1 = min(t, i0 + rows)
-            bd = torch.matmul(qv[:, :, i0:i1], pt)  # [B, H, rows, P+2T-1]
-            # query i, key j: offset P + i - j sits at index (T - 1) - i + j, a strided view of bd (no copy)
+            bd = torch.matmul(qv[:, :, i0:i1], pt)  # [b, H, rows, P+2T-1]
+            # query i, key j: offset (P - shift) + i - j sits at index shift + (T - 1) - i + j, a
+            # strided view of bd (no copy)
             bd = bd.as_strided((b, self.h, i1 - i0, n_keys), (bd.stride(0), bd.stride(1), bd.stride(2) - 1, 1),
-                               bd.storage_offset() + t - 1 - i0)
-            bias = bd.masked_fill(~mask.rows(i0, i1)[:, None], float("-inf"))  # [B, H, rows, P+T]; every row keeps a key
+                               bd.storage_offset() + shift + t - 1 - i0)
+            bias = bd.masked_fill(~keep(i0, i1)[:, None], float("-inf"))  # [b, H, rows, K]; every row keeps a key
             outs.append(F.scaled_dot_product_attention(qu[:, :, i0:i1], k, v, attn_mask=bias))
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
-        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.dk))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, 2)
 
 
 class FeedForward(nn.Module):
@@ -202,10 +217,13 @@ class PreLookahead(nn.Module):
         self.conv1 = nn.Conv1d(d, d, lookahead + 1)
         self.conv2 = nn.Conv1d(d, d, 3)
 
-    def forward(self, ext: torch.Tensor) -> torch.Tensor:
+    def forward(self, ext: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """ext [B, T + lookahead, d]: each row's frames, then what it looks ahead at (the next
-        tokens, or zeros past its end) -> [B, T, d]."""
+        tokens, or zeros past its end) -> [B, T, d]. keep [B, T] bool: the frames that exist
+        (a window that starts before a row's first frame: the causal conv sees zeros there)."""
         h = F.leaky_relu(self.conv1(ext.transpose(1, 2)))
+        if keep is not None:
+            h = h * keep[:, None].to(h.dtype)
         h = self.conv2(F.pad(h, (2, 0)))
         return h.transpose(1, 2) + ext[:, : h.shape[-1]]
 
@@ -270,30 +288,28 @@ class UpsampleEncoder(nn.Module):
         return self.after_norm(x), frames
 
     def chunk(self, emb: torch.Tensor, lengths: Sequence[int], seen: Sequence[int], caches: "list[FlowCache]"):
-        """Streaming (chunk-masked) encoding of the tokens past each row's cache: arguments as
-        `forward`'s, over the whole prefix -> ([B, 2N, d] the new frames, their counts [B]
-        (host ints)).
-        The input layer and look-ahead convs re-run over the prefix (a few matmuls a token);
-        the conformer blocks attend from the new frames to the cached keys."""
+        """Streaming (chunk-masked) encoding of the tokens past each row's cache: emb [B, W, d]
+        each row's token embeddings from `LEFT_CONTEXT` tokens before its first new one
+        through the look-ahead of its last (zeros outside its tokens; `CosyFlow.chunk` makes
+        them), lengths and seen as `forward`'s -> ([B, 2N, d] the new frames, their
+        counts [B] (host ints)).
+        The input layer and look-ahead convs run over the window only (what the new tokens'
+        outputs read); the conformer blocks attend from the new frames to the cached keys."""
         d = self.dims
         dev = emb.device
         past_n = [c.frames // d.token_mel_ratio for c in caches]  # tokens
         new_n = [a - b for a, b in zip(lengths, past_n)]
         n = max(new_n)
-        width = max(lengths) + d.lookahead
         past, new = upload(past_n, torch.long, dev), upload(new_n, torch.long, dev)
         seen = upload(seen, torch.long, dev)
-        if emb.shape[1] < width:
-            emb = F.pad(emb, (0, 0, 0, width - emb.shape[1]))
-        emb = emb[:, :width]
-        pos = torch.arange(width, device=dev)
-        x = self.embed(emb) * (pos[None] < seen[:, None]).unsqueeze(-1).to(emb.dtype)
-        x = self.pre_lookahead_layer(x)  # [B, T, d]
-        idx = (past[:, None] + torch.arange(n, device=dev)[None]).clamp(max=x.shape[1] - 1)
-        x = x.gather(1, idx[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, N, d] the new tokens
-        kv_in = _left_padded([c.enc_kv for c in caches], 2 * len(self.encoders) + 2 * len(self.up_encoders))
+        at = past[:, None] - LEFT_CONTEXT + torch.arange(emb.shape[1], device=dev)[None]  # [B, W] absolute token
+        x = self.embed(emb) * ((at >= 0) & (at < seen[:, None])).unsqueeze(-1).to(emb.dtype)
+        # before a row's first token the causal conv's context is zeros, as in `forward`
+        x = self.pre_lookahead_layer(x, at[:, : x.shape[1] - d.lookahead] >= 0)  # [B, W - lookahead, d]
+        x = x[:, LEFT_CONTEXT: LEFT_CONTEXT + n]  # [B, N, d] the new tokens
+        kv_in = None if all(c.enc_kv is None for c in caches) else [c.enc_kv for c in caches]
         kv_out: list[torch.Tensor] = []
-        x = self._stack(self.encoders, x, past, new, max(past_n), d.encoder_chunk, kv_in, kv_out, 0)
+        x = self._stack(self.encoders, x, past, new, past_n, new_n, d.encoder_chunk, kv_in, kv_out, 0)
         # the up conv reads 4 upsampled frames back: the last 2 tokens before the chunk
         tail = torch.stack([c.enc_tail if c.enc_tail is not None else x.new_zeros(2, x.shape[-1]) for c in caches])
         ctx = torch.cat([tail, x], 1)  # [B, 2 + N, d]
@@ -302,24 +318,32 @@ class UpsampleEncoder(nn.Module):
         r = d.token_mel_ratio
         x = F.conv1d(up, self.up_layer.conv.weight, self.up_layer.conv.bias).transpose(1, 2)  # [B, 2N, d]
         x = self.up_embed(x)
-        x = self._stack(self.up_encoders, x, past * r, new * r, max(past_n) * r, d.encoder_chunk * r, kv_in,
-                        kv_out, 2 * len(self.encoders))
+        x = self._stack(self.up_encoders, x, past * r, new * r, [k * r for k in past_n], [k * r for k in new_n],
+                        d.encoder_chunk * r, kv_in, kv_out, 2 * len(self.encoders))
         for j, c in enumerate(caches):
             c.enc_tail = tails[j]
             # the token blocks' keys are a token each, the up blocks' a frame each
             own = [t[j, :, : new_n[j] * (1 if i < 2 * len(self.encoders) else r)] for i, t in enumerate(kv_out)]
-            c.enc_kv = own if c.enc_kv is None else [torch.cat([old, o], 1) for old, o in zip(c.enc_kv, own)]
+            if c.enc_kv is None:
+                c.enc_kv = [o.contiguous() for o in own]  # not a view of the batch's tensor
+            else:  # slot by slot: one slot of one row held twice at a time
+                for i, o in enumerate(own):
+                    c.enc_kv[i] = torch.cat([c.enc_kv[i], o], 1)
         return self.after_norm(x), [k * r for k in new_n]
 
-    def _stack(self, layers, x, past, new, p: int, chunk, kv_in, kv_out, first):
+    def _stack(self, layers, x, past, new, past_n, new_n, chunk, kv_in, kv_out, first):
         """Conformer blocks over new frames x [B, N, d] after `past` cached ones per row
-        (p = max(past), known on the host)."""
+        (past_n, new_n: the same counts as host ints)."""
+        p = max(past_n)
         n = x.shape[1]
-        keep = KeepRows(whole=_chunk_keep(past, new, p, n, chunk, left=True))  # a chunk's: small
+        # rows without a cache anywhere attend as a batch; else each row its own (ChunkRows)
+        keep = KeepRows(whole=_chunk_keep(past, new, p, n, chunk, left=True)) if kv_in is None else None
         pos = self.pos(n, x.device, x.dtype, past=p)
         for k, layer in enumerate(layers):
             i = first + 2 * k
-            x = layer(x, keep, pos, None if kv_in is None else (kv_in[i], kv_in[i + 1]), kv_out)
+            rows = None if kv_in is None else ChunkRows([r and r[i] for r in kv_in], [r and r[i + 1] for r in kv_in],
+                                                        past_n, new_n, chunk, 1)
+            x = layer(x, keep, pos, rows, kv_out)
         return x
 
 
@@ -397,8 +421,9 @@ class Attention(nn.Module):
     def forward(self, x, keep: KeepRows, tape=None):  # x [B, T, d]; keep: [B, T, T'] (T' = T without a tape)
         b, t, _ = x.shape
         q, k, v = (f(x).view(b, t, self.h, self.hd).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
-        if tape is not None:
-            k, v = tape.keys(k, v)
+        out = None if tape is None else tape.attend(q, k, v)
+        if out is not None:
+            return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.h * self.hd))
         rows = attention.query_rows(b * self.h, t, k.shape[2], SCORE_BLOCK)
         out = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + rows], k, v,
                                                         attn_mask=_bias(keep.rows(i, min(t, i + rows)), q.dtype))
@@ -482,9 +507,9 @@ class Estimator(nn.Module):
         h = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], 1)
         if tape is None:
             keep = KeepRows(mask[:, 0] > 0, self.dims.est_chunk if streaming else 0)
-        else:
-            keep = KeepRows(whole=tape.keep)
-        # keep: [B, T, T(+cached)], each attention step makes its rows' mask (KeepRows, _bias)
+        else:  # None: the rows have caches and attend one stream at a time (Tape.attend)
+            keep = None if tape.keep is None else KeepRows(whole=tape.keep)
+        # keep: [B, T, T], each attention step makes its rows' mask (KeepRows, _bias)
         res, blocks, conv = self.down_blocks[0]
         h = self._blocks(blocks, res(h, mask, temb, tape), keep, tape)
         skip = h
@@ -562,37 +587,87 @@ class FlowCache:
 class Tape:
     """One estimator call of a chunk batch: it feeds each stateful layer the rows' cached
     state, in order, and records what the rows' caches gain. Rows are 2B: B streams'
-    conditioned rows, then their guidance rows."""
+    conditioned rows, then their guidance rows. An attention layer reads each stream's cache
+    as it is (`ChunkRows`): no batched copy of the caches is made."""
 
-    def __init__(self, past: list[torch.Tensor] | None, past_len: torch.Tensor, new_len: torch.Tensor,
-                 keep: torch.Tensor):
-        self.past, self.past_len, self.new_len, self.keep = past, past_len, new_len, keep
+    def __init__(self, caches: "list[FlowCache]", step: int, past_n: list[int], new_n: list[int], chunk: int,
+                 new_len: torch.Tensor, keep: torch.Tensor | None):
+        self.caches, self.step, self.new_len, self.keep = caches, step, new_len, keep
+        self.past_n, self.new_n, self.chunk = past_n, new_n, chunk
         self.i = 0
         self.out: list[torch.Tensor] = []
 
-    def _next(self):
-        p = None if self.past is None else self.past[self.i]
+    def _next(self) -> list[torch.Tensor | None] | None:
+        """The next slot of each row's cache ([2, ...]; None: a row without one), None if no row has one."""
+        rows = [None if c.steps is None else c.steps[self.step][self.i] for c in self.caches]
         self.i += 1
-        return p
+        return None if all(r is None for r in rows) else rows
 
     def conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         """A causal conv of the new frames x [R, C, N] after each row's cached inputs."""
         k = conv.kernel_size[0] - 1
-        prev = self._next()
-        if prev is None:
+        rows = self._next()
+        if rows is None:
             prev = x.new_zeros(x.shape[0], x.shape[1], k)
+        else:  # [2B, C, k]: the conditioned rows, then the guidance rows
+            parts = [x.new_zeros(2, x.shape[1], k) if r is None else r for r in rows]
+            prev = torch.cat([torch.stack([q[h] for q in parts]) for h in (0, 1)])
         xx = torch.cat([prev, x], -1)
         idx = self.new_len[:, None] + torch.arange(k, device=x.device)[None]  # the row's last k inputs
         self.out.append(xx.gather(-1, idx[:, None, :].expand(-1, x.shape[1], -1)))
         return F.conv1d(xx, conv.weight, conv.bias)
 
-    def keys(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The new frames' k, v [R, H, N, hd] -> the keys they attend to: cached, then new."""
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+        """An attention layer's new frames q, k, v [R, H, N, hd] -> its output [R, H, N, hd],
+        each stream's two rows attending to their cache and new keys (one stream at a time: no
+        batched copy of the caches); None if no row has a cache (the layer attends as a batch
+        with `keep`)."""
         pk, pv = self._next(), self._next()
         self.out += [k, v]
         if pk is None:
-            return k, v
-        return torch.cat([pk, k], 2), torch.cat([pv, v], 2)
+            return None
+        rows = ChunkRows(pk, pv, self.past_n, self.new_n, self.chunk, 2)
+        out = q.new_empty(q.shape).unflatten(0, (2, len(self.caches)))  # [2, B, H, N, hd]
+        q2 = q.unflatten(0, (2, len(self.caches)))
+        for j, (kj, vj) in enumerate(rows.keys(k, v)):
+            n_keys, n = kj.shape[2], q.shape[2]
+            step = attention.query_rows(2 * q.shape[1], n, n_keys, SCORE_BLOCK)
+            for i0 in range(0, n, step):
+                i1 = min(n, i0 + step)
+                out[:, j, :, i0:i1] = F.scaled_dot_product_attention(
+                    q2[:, j, :, i0:i1], kj, vj, attn_mask=_bias(rows.keep(j, i0, i1, n_keys)[None], q.dtype))
+        return out.flatten(0, 1)
+
+
+class ChunkRows:
+    """A cached chunk batch's attention layer, row by row: each row's cached keys and values
+    ([pairs, H, P_j, dk], or [H, P_j, dk] if pairs is 1; None: none yet), its cached and new
+    frames (host ints) and the attention's chunk. A row's new frame i (absolute P_j + i) sees
+    every cached frame and the new ones of its own chunk or earlier."""
+
+    def __init__(self, k: list, v: list, past: list[int], new: list[int], chunk: int, pairs: int):
+        self.k, self.v, self.past, self.new, self.chunk, self.pairs = k, v, past, new, chunk, pairs
+        self.device: torch.device | None = None  # the batch's, once `keys` ran
+
+    def keys(self, k: torch.Tensor, v: torch.Tensor):
+        """The batch's new k, v [pairs x B, H, N, dk] -> per row (its keys, its values), the
+        cached ones first: [pairs, H, P_j + n_j, dk] ([H, ...] if pairs is 1)."""
+        b = len(self.past)
+        self.device = k.device
+        k2, v2 = k.unflatten(0, (self.pairs, b)), v.unflatten(0, (self.pairs, b))
+        for j in range(b):
+            nk, nv = k2[:, j, :, : self.new[j]], v2[:, j, :, : self.new[j]]
+            if self.pairs == 1:
+                nk, nv = nk[0], nv[0]
+            if self.k[j] is not None and self.past[j]:
+                nk, nv = torch.cat([self.k[j], nk], -2), torch.cat([self.v[j], nv], -2)
+            yield nk, nv
+
+    def keep(self, j: int, i0: int, i1: int, n_keys: int) -> torch.Tensor:
+        """[i1 - i0, n_keys] bool: which of row j's keys its new frames i0..i1 see."""
+        dev = self.device
+        q = self.past[j] + torch.arange(i0, i1, device=dev)
+        return torch.arange(n_keys, device=dev)[None] < ((q // self.chunk + 1) * self.chunk)[:, None]
 
 
 def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, p: int, n: int, chunk: int,
@@ -611,62 +686,23 @@ def _chunk_keep(past_len: torch.Tensor, new_len: torch.Tensor, p: int, n: int, c
     return keep | ~keep.any(-1, keepdim=True)
 
 
-def _left_padded(rows: list[list[torch.Tensor] | None], slots: int) -> list[torch.Tensor] | None:
-    """Per slot, the rows' cached [H, P_r, dk] batched as [B, H, P, dk], each row's at the end."""
-    have = [r for r in rows if r is not None]
-    if not have:
-        return None
-    out = []
-    for slot in range(slots):
-        like = have[0][slot]
-        p = max(r[slot].shape[1] for r in have)
-        buf = like.new_zeros(len(rows), like.shape[0], p, like.shape[2])
-        for j, r in enumerate(rows):
-            if r is not None and r[slot].shape[1]:
-                buf[j, :, p - r[slot].shape[1]:] = r[slot]
-        out.append(buf)
-    return out
-
-
-def _gather_past(caches: list[FlowCache], step: int) -> list[torch.Tensor] | None:
-    """Step `step` of B caches -> per slot, the 2B rows batched (K/V padded to the longest)."""
-    have = [c for c in caches if c.steps is not None]
-    if not have:
-        return None
-    out = []
-    for slot, like in enumerate(have[0].steps[step]):
-        rows = [None if c.steps is None else c.steps[step][slot] for c in caches]
-        if like.dim() == 3:  # conv inputs [2, C, k]
-            parts = [torch.zeros_like(like) if r is None else r for r in rows]
-            out.append(torch.cat([torch.stack([p[h] for p in parts]) for h in (0, 1)]))
-        else:  # keys / values [2, H, P, hd]
-            p = max(0 if r is None else r.shape[2] for r in rows)
-            buf = like.new_zeros(2 * len(rows), like.shape[1], p, like.shape[3])
-            for j, r in enumerate(rows):
-                if r is not None:
-                    buf[j, :, : r.shape[2]] = r[0]
-                    buf[len(rows) + j, :, : r.shape[2]] = r[1]
-            out.append(buf)
-    return out
-
-
 def _extend(caches: list[FlowCache], tapes: list[Tape], new_len: Sequence[int], frames: Sequence[int]) -> None:
     """Append each row's new state (its own frames only) to its cache."""
     b = len(caches)
     for j, c in enumerate(caches):
         n = new_len[j]
-        steps = []
+        if c.steps is None:
+            c.steps = [[None] * len(tape.out) for tape in tapes]
         for s, tape in enumerate(tapes):
-            slots = []
             for slot, t in enumerate(tape.out):
-                pair = t[[j, b + j]]
-                if t.dim() == 4:  # keys / values: cached, then this chunk's
-                    pair = pair[:, :, :n]
-                    if c.steps is not None:
-                        pair = torch.cat([c.steps[s][slot], pair], 2)
-                slots.append(pair.contiguous())
-            steps.append(slots)
-        c.steps, c.frames = steps, frames[j]
+                pair = t[[j, b + j]]  # a copy: the batch's tensor is not kept
+                if t.dim() == 4 and c.steps[s][slot] is not None:  # keys / values: cached, then this chunk's
+                    pair = torch.cat([c.steps[s][slot], pair[:, :, :n]], 2)
+                elif t.dim() == 4:
+                    pair = pair[:, :, :n].contiguous()
+                # slot by slot: the old tensor goes now (one slot of one row held twice at a time)
+                c.steps[s][slot] = pair
+        c.frames = frames[j]
         c.bytes = c.nbytes()
 
 
@@ -740,7 +776,15 @@ class CosyFlow(nn.Module):
             raise ValueError(f"a streaming chunk must add whole chunks of {d.est_chunk} frames: "
                              f"{past_n} -> {frames}")
         past, new = upload(past_n, torch.long, dev), upload(new_n, torch.long, dev)
-        spks, emb = self._inputs(tokens, upload(lengths, torch.long, dev), embedding)
+        # the tokens the encoder's chunk reads: from LEFT_CONTEXT before each row's new ones
+        # through their look-ahead ([B, W], absolute positions; zero outside the row's tokens)
+        past_tok = [p // d.token_mel_ratio for p in past_n]
+        width = max(c - p for c, p in zip(core, past_tok)) + LEFT_CONTEXT + d.lookahead
+        at = (past // d.token_mel_ratio - LEFT_CONTEXT)[:, None] + torch.arange(width, device=dev)[None]
+        have = (at >= 0) & (at < upload(lengths, torch.long, dev)[:, None])
+        window = tokens.gather(1, at.clamp(0, tokens.shape[1] - 1)).clamp(min=0).long()
+        spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
+        emb = self.input_embedding(window) * have.unsqueeze(-1).to(spks.dtype)
         h, _ = self.encoder.chunk(emb, core, lengths, caches)
         n = h.shape[1]
         mask = (torch.arange(n, device=dev)[None] < new[:, None]).to(spks.dtype)[:, None]  # [B, 1, N]
@@ -752,8 +796,9 @@ class CosyFlow(nn.Module):
         cond = cond * ((at < pframes[:, None]) & (at < pf.shape[-1]))[:, None].to(cond.dtype) * mask
         noise = self.noise[0, :, at.clamp(max=self.noise.shape[-1] - 1)].permute(1, 0, 2).to(mu.dtype)  # [B, 80, N]
         past2, new2 = torch.cat([past, past]), torch.cat([new, new])
-        keep = _chunk_keep(past2, new2, max(past_n), n, d.est_chunk)
-        tapes = [Tape(_gather_past(caches, s), past2, new2, keep) for s in range(d.steps)]
+        # the batch's mask, for a batch of streams without caches (else each row makes its own)
+        keep = _chunk_keep(past2, new2, 0, n, d.est_chunk) if max(past_n) == 0 else None
+        tapes = [Tape(caches, s, past_n, new_n, d.est_chunk, new2, keep) for s in range(d.steps)]
         mel = self.decoder(mu, mask, spks, cond, noise * mask, True, tapes)
         _extend(caches, tapes, new_n, frames)
         return mel, new_n
