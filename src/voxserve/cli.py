@@ -341,15 +341,31 @@ def main(argv: list[str] | None = None) -> int:
     ns.own_process = argv is None
     logging.basicConfig(level=logging.WARNING - 10 * ns.verbose, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return ns.func(ns)
+        rc = ns.func(ns)
     except (InvalidInputError, UnknownVoiceError, UnknownSpeakerError, VoiceLoadError, ValueError) as e:
         print(f"voxserve: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        rc = EXIT_USAGE
     except (VoxserveError, OSError) as e:
         print(f"voxserve: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        rc = EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    if ns.own_process and ns.command == "say" and "torch" in sys.modules:
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    """End a one-shot command whose work is done (its output written and closed) without the
+    interpreter's teardown, which with PyTorch loaded costs ~0.3 s of CPU (docs/benchmarks.md,
+    "`say` start-up, third pass")."""
+    logging.shutdown()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":
