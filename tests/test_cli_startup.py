@@ -64,3 +64,56 @@ def test_top_level_help_still_lists_every_subcommand(capsys):
             main(argv)
         out = capsys.readouterr().out
         assert all(c in out for c in ("say", "voices", "serve", "bench", "loadtest")), argv
+
+
+def test_say_in_its_own_process_lets_idle_openmp_threads_sleep(tiny_voice_path, tmp_path):
+    """A command line's `say` sets OMP_WAIT_POLICY=PASSIVE before PyTorch loads its OpenMP
+    runtime (spinning helpers cost a one-shot `say` several times its CPU time on a busy
+    machine); a value the user set is kept, and main() called inside another program sets nothing."""
+    import os
+
+    code = ("import json, os, sys\nimport voxserve.cli as c\n"
+            "own = sys.argv[2] == 'own'\n"
+            "sys.argv = ['voxserve', 'say', 'Hello.', '--voice', 'tiny-multi', '--device', 'cpu', '-o', sys.argv[1]]\n"
+            "rc = c.main(None if own else sys.argv[1:])\n"
+            "print(json.dumps([rc, os.environ.get('OMP_WAIT_POLICY')]))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["VOXSERVE_VOICES_PATH"] = str(tiny_voice_path.parent)
+
+    def policy(how: str, **extra) -> list:
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.wav"), how], capture_output=True,
+                             text=True, timeout=120, env={**env, **extra})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert policy("own") == [0, "PASSIVE"]
+    assert policy("own", OMP_WAIT_POLICY="ACTIVE") == [0, "ACTIVE"]
+    assert policy("call") == [0, None]
+
+
+def test_say_in_its_own_process_ends_without_the_interpreters_teardown(tiny_voice_path, tmp_path):
+    """With PyTorch loaded, the interpreter's teardown cost a one-shot `say` ~0.3 s of CPU: its own
+    process ends as soon as its output is closed (atexit handlers do not run), with its exit
+    status and everything it printed; main() called inside another program returns."""
+    import os
+
+    code = ("import atexit, os, sys\nimport voxserve.cli as c\n"
+            "atexit.register(lambda: print('torn down', flush=True))\n"
+            "own, out, text = sys.argv[1] == 'own', sys.argv[2], sys.argv[3]\n"
+            "sys.argv = ['voxserve', 'say', text, '--voice', 'tiny-multi', '--device', 'cpu', '-o', out]\n"
+            "print('returned', c.main(None if own else sys.argv[1:]))")
+    env = {**os.environ, "VOXSERVE_VOICES_PATH": str(tiny_voice_path.parent)}
+
+    def run(how: str, text: str):
+        return subprocess.run([sys.executable, "-c", code, how, str(tmp_path / "x.wav"), text], capture_output=True,
+                              text=True, timeout=120, env=env)
+
+    r = run("own", "Hello.")
+    assert (r.returncode, r.stdout) == (0, "") and "wrote" in r.stderr
+    import soundfile as sf
+
+    assert len(sf.read(tmp_path / "x.wav")[0]) > 0
+    r = run("own", "")  # an empty text: exit 2, its message printed
+    assert r.returncode == 2 and "torn down" not in r.stdout and "error" in r.stderr
+    r = run("call", "Hello.")
+    assert r.returncode == 0 and r.stdout.split() == ["returned", "0", "torn", "down"]

@@ -11,11 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import bench, loadtest
 from .families import family_for_source
-from .flags import load_option_args, load_options_from, options_args, options_from, runtime_args, runtime_from
+from .flags import load_option_args, load_options_from, option_values, options_args, options_from, runtime_args, runtime_from
 from .limits import Limits
-from .serve import cli as serve_cli
 from .voices.registry import resolve_voice
 
 EXIT_USAGE = 2  # bad input (argparse uses 2 as well)
@@ -76,7 +74,48 @@ def _say_format(ns: argparse.Namespace, output: str) -> str:
     return formats[ext]
 
 
+def _server(ns: argparse.Namespace) -> str:
+    """--server, else $VOXSERVE_SAY_SERVER; '' = say it here."""
+    from .say_remote import SERVER_ENV
+
+    return ns.server if ns.server is not None else os.environ.get(SERVER_ENV, "")
+
+
+def cmd_say_remote(ns: argparse.Namespace, server: str) -> int:
+    """`say --server URL`: the text said by a running `voxserve serve` (voxserve.say_remote)."""
+    from .outfile import open_output
+    from .say_remote import check_server_url, request_body, say_remote
+
+    url = check_server_url(server)
+    text = _read_text(ns)
+    options = {k: v for k, v in option_values(ns).items() if v is not None}  # the server's voice checks its own
+    local = [flag for flag, given in (("--device", ns.device), ("--dtype", ns.dtype),
+                                      ("--max-audio-seconds", ns.max_audio_seconds),
+                                      ("--max-sentence-audio-seconds", ns.max_sentence_audio_seconds),
+                                      ("--captions", ns.captions)) if given is not None]
+    local += ["--" + k.replace("_", "-") for k in (*runtime_from(ns), *load_options_from(ns))]
+    if local:
+        raise ValueError(f"{local[0]} sets how a voice loaded here runs; with --server the server's own "
+                         f"settings apply (leave it out, or say it here without --server)")
+    ns.output = _say_output(ns)
+    _checked_output(ns.output)
+    fmt = _say_format(ns, ns.output)
+    body = request_body(text, ns.voice, options, fmt)
+    say_remote(url, body, lambda: open_output(ns.output))
+    if ns.output != "-":
+        print(f"wrote {ns.output} (said by the server at {url})", file=sys.stderr)
+    return 0
+
+
 def cmd_say(ns: argparse.Namespace) -> int:
+    server = _server(ns)
+    if server:
+        return cmd_say_remote(ns, server)
+    if ns.own_process and "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
+        # read once, when PyTorch loads its OpenMP runtime: idle helper threads sleep instead of
+        # spinning, which on a busy machine cost a one-shot `say` 2-4x its CPU time
+        # (docs/benchmarks.md, "`say` start-up, third pass"); a server keeps them spinning
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     from . import load_voice
     from .audio import SentenceJoiner, write_stream
     from .outfile import open_output
@@ -92,8 +131,10 @@ def cmd_say(ns: argparse.Namespace) -> int:
         caption_format(ns.captions)
         _checked_output(ns.captions)
     fmt = _say_format(ns, ns.output)
-    limits = Limits(max_sentence_audio_seconds=ns.max_sentence_audio_seconds, max_audio_seconds=ns.max_audio_seconds)
-    voice = load_voice(ns.voice, device=ns.device, dtype=ns.dtype, limits=limits, **load_options_from(ns),
+    sentence_s = ns.max_sentence_audio_seconds
+    limits = Limits(max_sentence_audio_seconds=Limits.max_sentence_audio_seconds if sentence_s is None else sentence_s,
+                    max_audio_seconds=ns.max_audio_seconds)
+    voice = load_voice(ns.voice, device=ns.device or "auto", dtype=ns.dtype, limits=limits, **load_options_from(ns),
                        **runtime_from(ns))
     if ns.captions is not None and not voice.word_timestamps:
         raise ValueError(f"voice {voice.name!r} gives no word timestamps: --captions needs a voice that does")
@@ -224,15 +265,20 @@ def build_parser(only_built_in: bool = False) -> argparse.ArgumentParser:
                                                 "(a CosyVoice 2 model folder) (default en_US-joe-medium)")
     say.add_argument("--format", choices=SAY_FORMATS,
                      help="default: from -o's extension (opus at a voice rate Opus has not is resampled to 48 kHz)")
-    say.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    say.add_argument("--server", default=None, metavar="URL",
+                     help="have a running `voxserve serve` at URL say it (e.g. http://127.0.0.1:8000): no model "
+                          "loads here, so it starts in a fraction of the time; the voice is one the server "
+                          "holds, the options and output as here; $VOXSERVE_API_KEY is sent as its key "
+                          "[env VOXSERVE_SAY_SERVER; '' = say it here]")
+    say.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default auto)")
     say.add_argument("--dtype", default=None, help="fp32 (default); bf16 (CPU with AVX512-BF16/AMX, or CUDA); fp16 (CUDA)")
     say.add_argument("--max-audio-seconds", type=float, default=None,
                      help="refuse a text whose audio would pass this (default: no limit, the audio "
                           "streams to the output)")
-    say.add_argument("--max-sentence-audio-seconds", type=float, default=Limits.max_sentence_audio_seconds,
+    say.add_argument("--max-sentence-audio-seconds", type=float, default=None,
                      help=f"refuse a sentence whose audio would pass this (default {Limits.max_sentence_audio_seconds:g})")
     say.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                     help="progress bar (default: on a terminal, for more than 3 sentences)")
+                     help="progress bar (default: on a terminal, for more than 3 sentences; none with --server)")
     say.add_argument("--captions", default=None, metavar="FILE",
                      help="also write subtitles of the audio, timed by the voice's word timestamps: "
                           "FILE.srt or FILE.vtt (a cue of up to 42 characters, within a sentence)")
@@ -271,8 +317,12 @@ def build_parser(only_built_in: bool = False) -> argparse.ArgumentParser:
     dl.add_argument("--force", action="store_true", help="download a voice again even if it is installed there")
     dl.set_defaults(func=cmd_voices_download)
 
-    for module in () if only_built_in else (serve_cli, bench, loadtest):
-        module.add_parser(sub)
+    if not only_built_in:  # imported here: a `say` or `voices` has no use for them
+        from . import bench, loadtest
+        from .serve import cli as serve_cli
+
+        for module in (serve_cli, bench, loadtest):
+            module.add_parser(sub)
     return p
 
 
@@ -294,15 +344,31 @@ def main(argv: list[str] | None = None) -> int:
     ns.own_process = argv is None
     logging.basicConfig(level=logging.WARNING - 10 * ns.verbose, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return ns.func(ns)
+        rc = ns.func(ns)
     except (InvalidInputError, UnknownVoiceError, UnknownSpeakerError, VoiceLoadError, ValueError) as e:
         print(f"voxserve: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        rc = EXIT_USAGE
     except (VoxserveError, OSError) as e:
         print(f"voxserve: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        rc = EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    if ns.own_process and ns.command == "say" and "torch" in sys.modules:
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    """End a one-shot command whose work is done (its output written and closed) without the
+    interpreter's teardown, which with PyTorch loaded costs ~0.3 s of CPU (docs/benchmarks.md,
+    "`say` start-up, third pass")."""
+    logging.shutdown()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":

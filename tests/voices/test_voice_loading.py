@@ -190,3 +190,46 @@ def test_cache_note_spares_hashing_until_a_file_changes(tiny_voice_path, tmp_pat
     os.replace(tmp, voice)
     vcache.load_cached(voice, convert)
     assert hashed == [voice]
+
+
+def test_build_draws_no_random_weights_and_holds_the_files_weights(tiny_voice_path, tmp_path, monkeypatch):
+    """Every parameter is replaced by the voice's weights, so the model is built without its
+    layers' random initialisation (it cost a `say` more than a tenth of a second); the weights
+    are the file's, bit for bit."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from voxserve.families.piper import loader
+
+    monkeypatch.setenv("VOXSERVE_CACHE_DIR", str(tmp_path / "cache"))
+    drawn = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("uniform_", "normal_", "kaiming_uniform_"):
+                drawn.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        model = loader.build_vits(tiny_voice_path)
+    assert drawn == []
+    _, tensors = read_piper_onnx(tiny_voice_path)
+    state = model.state_dict()
+    assert set(state) == set(tensors)
+    assert all(torch.equal(state[k], torch.from_numpy(tensors[k])) for k in tensors)
+    x = torch.randn(4, 8)
+    assert torch.nn.Linear(8, 2)(x).abs().sum() > 0  # torch's own init is not left switched off
+
+
+def test_build_refuses_a_tensor_that_is_not_float32(tiny_voice_path, monkeypatch):
+    from voxserve.families.piper import loader
+
+    dims, tensors = read_piper_onnx(tiny_voice_path)
+    key = sorted(tensors)[0]
+    tensors[key] = tensors[key].astype(np.float16)
+    monkeypatch.setattr(loader, "load_cached", lambda *a, **k: (dims, tensors))
+    with pytest.raises(VoiceLoadError, match=f"{key} is float16"):
+        loader.build_vits(tiny_voice_path)
+    del tensors[key]
+    with pytest.raises(VoiceLoadError, match="missing"):  # never left uninitialised
+        loader.build_vits(tiny_voice_path)

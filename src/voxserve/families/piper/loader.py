@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ...errors import VoiceLoadError
 from ...models.vits import VitsModel, attention_modules
@@ -26,14 +27,34 @@ from .voice import VitsVoice
 log = logging.getLogger(__name__)
 
 
+class _NoInit(TorchFunctionMode):
+    """Module constructors without their random initialisation: every parameter is then
+    replaced by the voice's weights, and drawing them cost a `say` more than a tenth of a
+    second. (The meta device would skip it too, but its Embedding init imports torch._dynamo.)"""
+
+    SKIPPED = frozenset({torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.kaiming_uniform_,
+                         torch.nn.init.constant_, torch.Tensor.uniform_, torch.Tensor.normal_})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.SKIPPED:
+            return args[0] if args else kwargs["tensor"]  # left as allocated: uninitialised
+        return func(*args, **(kwargs or {}))
+
+
 def build_vits(onnx_path: str | Path, use_cache: bool = True) -> VitsModel:
     """The voice's weights in a float32 CPU VitsModel (eval mode, no transforms)."""
     dims, tensors = load_cached(onnx_path, read_piper_onnx, use_cache=use_cache)
-    model = VitsModel(dims)
+    with _NoInit():
+        model = VitsModel(dims)
+    bad = [k for k, v in tensors.items() if v.dtype != np.float32]
+    if bad:  # assigned below as they are: a parameter in another dtype would run in it
+        raise VoiceLoadError(f"{onnx_path}: tensor {bad[0]} is {tensors[bad[0]].dtype}, not float32")
+    # assign: the parameters become the loaded arrays (no copy into the uninitialised ones)
     missing, unexpected = model.load_state_dict(
-        {k: torch.from_numpy(np.require(v, requirements='W')) for k, v in tensors.items()}, strict=False
-    )
+        {k: torch.from_numpy(np.require(v, requirements='W')) for k, v in tensors.items()}, strict=False,
+        assign=True)
     if missing or unexpected:  # the converter checked this; a stale cache entry would not
+        # (and a parameter left out would hold uninitialised memory)
         raise VoiceLoadError(f"{onnx_path}: weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.eval().requires_grad_(False)
 
