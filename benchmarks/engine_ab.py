@@ -6,7 +6,7 @@ runs the same code as the one after it.
 
   cv2   CosyVoice 2 (bench_cosyvoice.py's model and texts): N streaming requests arriving at once
         through one Engine, per --concurrency; per request its first chunk and RTF (medians).
-  sbv2  SBV2 (bench_sbv2.py's models and Japanese sentences): 4 requests of 4 sentences through one
+  sbv2  SBV2 (bench_sbv2.py's models and Japanese sentences): 4 requests of --sentences (4) through one
         Engine submitted together (the shared BERT batched across them) and one after another;
         seconds of each and the ratio (above 1: together is faster).
 
@@ -102,10 +102,11 @@ def child_sbv2(cfg: dict) -> None:
 
     voice = voxserve.load_voice(f"sbv2:{cfg['model']}", device="cpu", bert_dir=cfg["bert"])
     opts = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)  # the same work every round
-    texts = [t for t in cfg["texts"] if sum(1 for _ in voice.units(t, opts)) == 1][:16]
-    if len(texts) < 16:
-        raise RuntimeError(f"{len(texts)} one-sentence texts; 16 needed")
-    requests = ["".join(texts[k:k + 4]) for k in range(0, 16, 4)]
+    each = cfg["sentences"]
+    texts = [t for t in cfg["texts"] if sum(1 for _ in voice.units(t, opts)) == 1][:4 * each]
+    if len(texts) < 4 * each:
+        raise RuntimeError(f"{len(texts)} one-sentence texts; {4 * each} needed")
+    requests = ["".join(texts[k:k + each]) for k in range(0, 4 * each, each)]
     engine = Engine({"v": voice}, EngineConfig(scheduler=SchedulerConfig(max_wait_ms=5))).start()
     sink = _sink_type()
 
@@ -182,6 +183,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=_ints, default=[1, 4], help="cv2: requests at once, per row")
     ap.add_argument("--rounds", type=int, default=3, help="rounds after the warm-up round")
     ap.add_argument("--threads", type=int, default=None, help="cv2: the voice's intra-op threads")
+    ap.add_argument("--sentences", type=int, default=4, help="sbv2: sentences in each of the 4 requests")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     if args.what == "cv2":
@@ -193,7 +195,7 @@ def main() -> None:
         import bench_sbv2 as suite
 
         model, bert = suite.model_folders(args.size)
-        cfg = {"model": str(model), "bert": str(bert), "texts": suite.japanese_texts()}
+        cfg = {"model": str(model), "bert": str(bert), "texts": suite.japanese_texts(), "sentences": args.sentences}
         work = [1, 0]  # together, then one after another
     children = [Child("before", args.before, args.what, cfg), Child("after", args.after, args.what, cfg)]
     got: dict[tuple[str, int], list[dict]] = {}
@@ -223,7 +225,7 @@ def main() -> None:
     else:
         for name in ("before", "after"):
             t, s = med(x["wall_s"] for x in got[(name, 1)]), med(x["wall_s"] for x in got[(name, 0)])
-            print(f"{name:6}: 4 requests x 4 sentences together {t:.3f} s, one after another {s:.3f} s, "
+            print(f"{name:6}: 4 requests x {args.sentences} sentences together {t:.3f} s, one after another {s:.3f} s, "
                   f"together speed-up {s / t:.2f}x")
         per = [(b["wall_s"] / a["wall_s"]) for b, a in zip(got[("before", 1)], got[("after", 1)])]
         print(f"together, before/after per round {[round(x, 2) for x in per]}")
