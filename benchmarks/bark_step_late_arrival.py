@@ -50,7 +50,7 @@ def main() -> None:
 
     from voxserve import SynthesisOptions
     from bark_random import random_bark_model  # benchmarks/bark_random.py, beside this script
-    from harness.machine import cpu_model
+    from lean_server import cpu_model  # (not the harness: its package imports the product's current API)
     from voxserve.families.bark.step import BarkStepRunner
     from voxserve.families.bark.voice import bark_voice_from_model
 

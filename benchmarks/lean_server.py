@@ -90,14 +90,15 @@ def piper_model() -> str:
 
 
 class Server:
-    def __init__(self, kind: str, port: int, flags: str = ""):
+    def __init__(self, kind: str, port: int, flags: str = "", src: Path | None = None):
+        """src: the `src` folder whose voxserve serves (default: this checkout's)."""
         self.kind, self.port = kind, port
         env = dict(os.environ)
         if kind == "piper":
             cmd = [PY, "-m", "piper.http_server", "--host", "127.0.0.1", "--port", str(port), "-m", piper_model()]
             self.ready_path = "/info"
         else:
-            env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            env["PYTHONPATH"] = os.pathsep.join([str(src or ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
             cmd = [PY, "-m", "voxserve", "serve", "--port", str(port), "--device", "cpu", *shlex.split(flags)]
             self.ready_path = "/ready"
         self.t0 = time.perf_counter()

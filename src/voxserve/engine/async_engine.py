@@ -66,6 +66,9 @@ class SpeechStream:
                  held: HeldAudio | None = None):
         self.engine = engine
         self._held = held  # a whole answer's charge of audio held (None: streamed, not charged)
+        # the charge's key in `held`: not the stream itself, which the ledger would then keep
+        # alive, so that a stream dropped unreleased never reached `__del__` (its release)
+        self._held_key = object()
         self._samples = 0
         self.request_id = request_id
         self._sink = sink
@@ -89,7 +92,7 @@ class SpeechStream:
         index, samples, text, partial, words = x
         if self._held is not None:
             self._samples += len(samples)
-            self._held.holds(self, self._samples)
+            self._held.holds(self._held_key, self._samples)
         if self.timing.first_audio is None:
             self.timing.first_audio = time.monotonic()
         self.timing.audio_seconds += len(samples) / self.sample_rate
@@ -126,7 +129,7 @@ class SpeechStream:
     def release_held(self) -> None:
         """A whole answer's audio is no longer held (sent, failed or dropped): its charge goes."""
         if self._held is not None:
-            self._held.release(self)
+            self._held.release(self._held_key)
 
     async def aclose(self) -> None:
         self.cancel()
@@ -164,7 +167,7 @@ class AsyncEngine:
         try:
             if held is not None:
                 retry = min(60.0, max(1.0, self.engine.queue_wait_s(voice) or 1.0))  # audio comes as work drains
-                held.admit(stream, v.predicted_audio_s(text, options), v.sample_rate, retry)
+                held.admit(stream._held_key, v.predicted_audio_s(text, options), v.sample_rate, retry)
             stream.request_id = self.engine.accept(voice, text, options, sink, streaming=streaming)
         except BaseException:
             stream.release_held()
