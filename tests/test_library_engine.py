@@ -83,6 +83,24 @@ def test_stream_left_early_leaves_nothing_running():
     assert engine.in_flight == 0
 
 
+def test_a_long_streams_first_chunk_comes_after_one_batch():
+    """A chunk is handed out as soon as its batch ends, not when the next one does (whether it
+    is the last is known from the sentences the front end has produced)."""
+    voice = FakeVoice()
+    # sentences of 150 characters: over half a batch's bound, so the first runs alone (cut
+    # after a head: FakeVoice as VITS), and the text is longer than the front end's window
+    text = " ".join(f"Sentence {k} ".ljust(149, "x") + "." for k in range(40))
+    stream = voice.stream(text)
+    head = next(stream)
+    assert head.index == 0 and head.partial and len(voice.spans) == 1
+    rest = next(stream)
+    assert rest.index == 0 and not rest.partial and not rest.is_last
+    assert len(voice.spans) == 2  # the next sentence's batch has not run yet
+    later = list(stream)
+    assert [c.index for c in later] == list(range(1, 40)) and later[-1].is_last
+    assert not any(c.is_last for c in later[:-1])
+
+
 def test_two_threads_share_one_voice():
     voice = FakeVoice(delay_s=0.002)
     texts = [". ".join(f"Thread {t} sentence {k}" for k in range(12)) + "." for t in range(2)]

@@ -155,7 +155,8 @@ class _Collector(Sink):
     def __init__(self, cond: threading.Condition, sample_rate: int):
         self.cond, self.sample_rate = cond, sample_rate
         self.chunks: deque[tuple[AudioChunk, int | None]] = deque()  # (chunk, n-th whole sentence or None: a piece)
-        self.whole = 0
+        self.whole = 0  # whole sentences received
+        self.produced = 0  # sentences the front end has produced
         self.words: tuple = ()
         self.total: int | None = None
         self.done = False
@@ -178,6 +179,9 @@ class _Collector(Sink):
         self.words = ()
         self._wake()
 
+    def on_sentence(self, index: int) -> None:
+        self.produced += 1
+
     def on_total(self, n_sentences: int) -> None:
         self.total = n_sentences
         self._wake()
@@ -190,14 +194,16 @@ class _Collector(Sink):
         self.error = error
         self._wake()
 
+    def _known(self, nth: int | None) -> bool:
+        """Whether it is known if the n-th whole sentence (None: a piece) is the last."""
+        return nth is None or self.total is not None or self.produced > nth
+
     def ready(self) -> bool:
         """A chunk can be handed out (whether it is the last is known), or the request is over
         (lock held)."""
         if self.done or self.error is not None:
             return True
-        if not self.chunks:
-            return False
-        return self.chunks[0][1] is None or self.total is not None or len(self.chunks) > 1
+        return bool(self.chunks) and self._known(self.chunks[0][1])
 
     def take(self) -> list[AudioChunk]:
         """The chunks that can be handed out, `is_last` set on the last sentence's (lock held)."""
@@ -205,8 +211,8 @@ class _Collector(Sink):
         over = self.done or self.error is not None
         while self.chunks:
             chunk, nth = self.chunks[0]
-            if nth is not None and self.total is None and len(self.chunks) == 1 and not over:
-                break  # whether it is the last is not known yet
+            if not over and not self._known(nth):
+                break  # whether it is the last is not known yet: the front end's next tells
             self.chunks.popleft()
             out.append(replace(chunk, is_last=True) if nth is not None and nth == self.total else chunk)
         return out

@@ -31,6 +31,10 @@ class Sink:
         """A sentence's audio; partial=True: a piece of it (a long sentence is cut, see
         Voice.run_pieces), the rest of sentence `index` follows in the next calls (text "")."""
 
+    def on_sentence(self, index: int) -> None:
+        """The request's front end has produced sentence `index` (its audio follows). With
+        `on_total`, a stream knows whether a sentence it has is its last."""
+
     def on_total(self, n_sentences: int) -> None:
         """The request's front end has given its last sentence: it has `n_sentences` (called
         once, before `on_done`; audio may come before and after it). A stream marks its last
@@ -57,8 +61,10 @@ class RequestOutput:
         self.closed = False
 
     def expect(self, index: int) -> None:
-        """The front end produced sentence `index` (its audio is delivered in this order)."""
+        """The front end produced sentence `index` (its audio is delivered in this order; the
+        sink's `on_sentence`). Raises what the sink raised: the caller then fails the request."""
         self.order.append(index)
+        self.sink.on_sentence(index)
 
     def put(self, index: int, audio: np.ndarray, text: str, *, partial: bool = False,
             sentence_start: bool = True, words: tuple = ()) -> None:
