@@ -48,6 +48,8 @@ class Voice(VoiceContract):
     API. Thread safe: threads that share a voice share its engine, whose steps run one at a
     time on whichever of them waits (their sentences batched together)."""
 
+    _library_engine: Engine | None = None  # (library_engine: made at the first call)
+
     def warmup(self) -> None:
         """Get ready for traffic (servers call this before reporting ready): one sentence."""
         self.synthesize("Warm up.")
@@ -129,20 +131,19 @@ class Voice(VoiceContract):
         """The engine the library API runs on: this voice alone, made at the first call, with
         the server's configuration, driven by the calling threads (`Engine.drive`: no threads
         of its own but its front end's)."""
-        engine = self.__dict__.get("_library_engine")
+        engine = self._library_engine
         if engine is None:
             with _ENGINE_LOCK:
-                engine = self.__dict__.get("_library_engine")
+                engine = self._library_engine
                 if engine is None:
-                    engine = Engine({self.name: self}).start(threads=False)
-                    self.__dict__["_library_engine"] = engine
+                    engine = self._library_engine = Engine({self.name: self}).start(threads=False)
         return engine
 
     def close(self) -> None:
         """Stop the library's engine of this voice (its front-end threads; a later call makes
         another): calls in flight fail with EngineClosedError. Dropping the voice does it too."""
         with _ENGINE_LOCK:
-            engine = self.__dict__.pop("_library_engine", None)
+            engine, self._library_engine = self._library_engine, None
         if engine is not None:
             engine.shutdown(timeout=0)
 

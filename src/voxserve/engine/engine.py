@@ -546,10 +546,13 @@ class Engine:
                 self._driving.add(w.device)
             try:
                 w.update(plan, w.execute(plan))
-            except Exception:  # a bug in delivery fails the plan's requests, not the callers' engine
-                log.exception("internal error while running a step")
+            except BaseException as e:  # a bug in delivery, or the caller interrupted (Ctrl-C):
+                if isinstance(e, Exception):  # the plan's requests fail, the engine goes on
+                    log.exception("internal error while running a step")
                 with w.cond:
                     w.release(plan)
+                if not isinstance(e, Exception):
+                    raise
             finally:
                 with w.cond:
                     self._driving.discard(w.device)
