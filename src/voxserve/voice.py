@@ -20,8 +20,6 @@ import numpy as np
 
 from .audio import Audio, AudioChunk, SentenceJoiner, silence_samples
 from .contract import (  # noqa: F401 (re-exported: families and tools import them from here)
-    LOW_SECONDS_PER_CHAR,
-    AudioBudget,
     Piece,
     SharedComponent,
     StepResult,
@@ -31,7 +29,6 @@ from .contract import (  # noqa: F401 (re-exported: families and tools import th
     joined_words,
     limited,
     piece_error,
-    piece_words,
     run_steps,
     sentence_seed,
     shift_words,
