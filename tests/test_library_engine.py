@@ -191,3 +191,22 @@ def test_a_dropped_voice_takes_its_engine_with_it():
     gc.collect()
     assert gone() is None and engine() is None
     assert settled() == before
+
+
+def test_a_step_voices_stream_left_early_leaves_its_runner():
+    """A step voice (continuous batching) streams through the engine's step runner; a consumer
+    that leaves takes its sequences out of the runner (their caches freed), not at some later call."""
+    from engine.step_fakes import FakeStepVoice
+
+    voice = FakeStepVoice(capacity=4, stream=True)
+    text = ". ".join(f"A rather long sentence number {k} for a step voice" for k in range(12)) + "."
+    whole = voice.synthesize(text, SynthesisOptions(seed=3)).samples
+    streamed = list(voice.stream(text, SynthesisOptions(seed=3)))
+    np.testing.assert_array_equal(np.concatenate([c.samples for c in streamed]), whole)
+    assert voice.runner.active == 0
+
+    stream = voice.stream(text, SynthesisOptions(seed=3))
+    next(stream)
+    assert voice.runner.active > 0
+    stream.close()
+    assert voice.runner.active == 0 and voice.library_engine().in_flight == 0

@@ -95,6 +95,7 @@ class Voice(VoiceContract):
         finally:
             for rid in rids:  # (those that ended are gone already)
                 engine.cancel(rid)
+            engine.leave_ended(self.name)
         out = []
         for s, o in zip(sinks, opts_list):
             if s.error is not None:
@@ -122,6 +123,7 @@ class Voice(VoiceContract):
                     return
         finally:  # the consumer stopped (or it failed): the rest is never synthesised
             engine.cancel(rid)
+            engine.leave_ended(self.name)
 
     # ---------------------------------------------------------------- the library's engine
     def library_engine(self) -> Engine:

@@ -383,6 +383,27 @@ class Engine:
             self.sentences_dropped += w.scheduler.cancel(request_id)
             w.cond.notify_all()
 
+    def leave_ended(self, voice_name: str) -> None:
+        """For an engine driven by its callers (`drive`), after `cancel`: the sequences of
+        requests that ended leave their step runners now (their caches freed), as the next
+        step's plan would take them out; nothing if a caller runs a step of the device now
+        (its plan does it). An engine with executor threads needs none of this."""
+        w = self._worker_of[voice_name]
+        with w.cond:
+            if not w.steppers or w.device in self._driving:
+                return
+            plan = w._step_plan(None)  # the leaves, and a step that is not taken here
+            if not plan.leaves:
+                return
+            plan.step = []
+            self._driving.add(w.device)
+        try:
+            w.update(plan, w.execute(plan))
+        finally:
+            with w.cond:
+                self._driving.discard(w.device)
+                w.cond.notify_all()
+
     # ------------------------------------------------------------------ front end
     def _needs_frontend(self, r: RequestState) -> bool:
         return (not r.finished and r.total is None and not r.frontend_running
