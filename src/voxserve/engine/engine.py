@@ -11,8 +11,8 @@ Callers (the asyncio side, tests) talk to it through `submit` / `cancel` and a `
 request whose methods are called from those threads. The library (`voxserve.voice.Voice`:
 `synthesize`, `stream`, `synthesize_batch`) drives an engine of its own from its callers'
 threads instead of executor threads (`add`, `drive`), as vLLM's `LLM` steps its engine core in
-the caller's process: the same scheduler, steps and output path. `submit` admits by time: it refuses a
-request (OverloadedError) whose wait, or the delay it would cause accepted ones, passes
+the caller's process: the same scheduler, steps and output path. `submit` admits by time: it
+refuses a request (OverloadedError) whose wait, or the delay it would cause accepted ones, passes
 `EngineConfig.max_queue_wait_s` at the device's observed speed.
 """
 
@@ -540,9 +540,10 @@ class Engine:
         (checked under the device's lock; something that makes it true must notify the lock's
         condition, as a request's sink calls and the front end do): an engine driven by its
         callers' threads (the library), each step as the device's executor runs one (its
-        batches as one of its threads takes them), due work whoever's it is. Several threads may drive one engine: one runs a step at a time (a
-        model or a step runner is called from one thread at a time), the others wait for
-        their results or their turn. Raises EngineClosedError once the engine shuts down."""
+        batches as one of its threads takes them), due work whoever's it is. Several threads
+        may drive one engine: one runs a step at a time (a model or a step runner is called
+        from one thread at a time), the others wait for their results or their turn. Raises
+        EngineClosedError once the engine shuts down."""
         w = self._worker_of[voice_name]
         ex = self._executors[w.device]
         # the batches the device's executor takes, for one thread: the CPU executor's lane size
