@@ -5,7 +5,7 @@ the English bench corpus (corpus/en_bench.jsonl) repeated to one sentence, 4, 20
 
 Arms:
   cli      `voxserve say -f TEXT -o OUT.wav --device cpu` (today's defaults)
-  before   the same work in a script (units + stream_units, as cmd_say does) with
+  before   the same work in a script (`Voice.stream`, as cmd_say does) with
            Transforms(cpu_decode_frames=None): decoder runs of up to 4096 frames, the
            default before the CPU cap; `after` is the same script with the defaults.
 
@@ -45,7 +45,7 @@ if sys.argv[2] == "before":
     v.limits = Limits(max_audio_seconds=None)
 else:
     v = voxserve.load_voice(None, device="cpu", limits=Limits(max_audio_seconds=None))  # as cmd_say
-n = sum(len(c.samples) for c in v.stream_units(iter(list(v.units(open(sys.argv[1]).read())))))
+n = sum(len(c.samples) for c in v.stream(open(sys.argv[1]).read()))
 print(f"audio_s={n / v.sample_rate:.0f}", file=sys.stderr)
 """
 

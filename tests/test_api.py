@@ -110,31 +110,24 @@ def test_speakers(tiny_voice_path, joe_voice):
 
 
 def test_huge_text_streams_in_bounded_batches(joe_voice, monkeypatch):
-    """A long input runs batch by batch; no batch exceeds the library's limits."""
-    from voxserve import voice as voice_mod
+    """A long input runs batch by batch (the engine's scheduler: voice.py runs the library on
+    an engine); no batch exceeds the scheduler's bounds."""
+    from voxserve.engine import SchedulerConfig
 
+    bounds = SchedulerConfig()
     seen, costs = [], []
-    orig_units, orig_pieces = joe_voice.run_units, joe_voice.run_pieces
+    orig_pieces = joe_voice.run_pieces
 
-    def spy_units(units):
-        seen.append(len(units))
-        costs.append(sum(u.cost for u in units))
-        return orig_units(units)
-
-    def spy_pieces(units, *a, **kw):  # the first sentence (its head first, when cut)
+    def spy_pieces(units, *a, **kw):
         seen.append(len(units))
         costs.append(sum(u.cost for u in units))
         return orig_pieces(units, *a, **kw)
 
-    monkeypatch.setattr(joe_voice, "run_units", spy_units)
     monkeypatch.setattr(joe_voice, "run_pieces", spy_pieces)
     text = " ".join(f"Sentence number {i}." for i in range(40))
     n = sum(1 for _ in joe_voice.stream(text, voxserve.DETERMINISTIC))
     assert n == 40 and sum(seen) == 40
-    assert seen[0] == 1 and max(seen) <= voice_mod.MAX_BATCH_SENTENCES
-    # on a CPU a batch is bounded lower by cost (its activations), and still holds several sentences
-    assert joe_voice.batch_cost < voice_mod.MAX_BATCH_COST and max(costs) <= joe_voice.batch_cost
-    assert max(seen) > 2
+    assert max(seen) <= bounds.max_batch_size and max(costs) <= bounds.max_batch_phonemes
 
 
 def test_stream_yields_a_long_first_sentence_head_first(joe_voice, corpus):

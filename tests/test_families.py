@@ -47,6 +47,7 @@ class FakeOptions:
 class FakeVoice(Voice):
     family = "fake"
     sample_rate = 8000
+    device = "cpu"  # (the library's engine runs it on the CPU worker)
 
     def __init__(self, name, gain):
         self.name = name

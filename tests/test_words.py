@@ -158,7 +158,7 @@ def test_espeak_joins_and_splits_align_to_text_words(joe_voice):
 class _BeepVoice(voxserve.Voice):
     """A voice whose model predicts no durations: a beep per sentence."""
 
-    name, family, sample_rate = "beep", "beep", 16000
+    name, family, sample_rate, device = "beep", "beep", 16000, "cpu"  # (the engine runs it on the CPU worker)
 
     def units(self, text, options=None):
         from voxserve.text.split import split_sentences

@@ -6,6 +6,7 @@ Thin: parse, call the library, write the result. Option defaults come from the d
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import sys
@@ -138,20 +139,23 @@ def cmd_say(ns: argparse.Namespace) -> int:
                        **runtime_from(ns))
     if ns.captions is not None and not voice.word_timestamps:
         raise ValueError(f"voice {voice.name!r} gives no word timestamps: --captions needs a voice that does")
-    units = list(voice.units(text, options))  # front end for the whole text; audio streams below
+    stream = voice.stream(text, options)  # options checked now
     silence = voice.silence_after(options)
     words, sentence_ends = [], []  # whole-audio times, for --captions
+    # the first chunk before the output opens: text with nothing to say leaves the file alone
+    first = next(stream)
 
     def chunks():
         from tqdm import tqdm
 
+        from .text.split import split_sentences
         from .voice import shift_words
 
         joiner = SentenceJoiner(voice.sample_rate, silence)
         pos = 0  # samples written
-        show = ns.progress if ns.progress is not None else (len(units) > 3 and sys.stderr.isatty())
-        with tqdm(total=len(units), unit="sentence", disable=not show, file=sys.stderr) as bar:
-            for c in voice.stream_units(iter(units), silence):
+        show = ns.progress if ns.progress is not None else (len(split_sentences(text)) > 3 and sys.stderr.isatty())
+        with tqdm(unit="sentence", disable=not show, file=sys.stderr) as bar:
+            for c in itertools.chain([first], stream):
                 parts = joiner.pieces(c.samples, c.partial)
                 lead = sum(len(p) for p in parts[:-1])  # the silence before a sentence
                 words.extend(shift_words(c.words, (pos + lead) / voice.sample_rate))
@@ -170,7 +174,7 @@ def cmd_say(ns: argparse.Namespace) -> int:
 
         rate = f"; resampled to 48000 Hz, opus has no {voice.sample_rate} Hz" if (
             fmt == "opus" and voice.sample_rate not in OPUS_RATES) else ""
-        print(f"wrote {ns.output} ({len(units)} sentences{rate})", file=sys.stderr)
+        print(f"wrote {ns.output} ({len(sentence_ends)} sentences{rate})", file=sys.stderr)
     if ns.captions is not None:
         from .captions import write_captions
 

@@ -1,421 +1,55 @@
 """The voice API: text in, typed audio out.
 
-A `Voice` turns text into `Unit`s (one per sentence: front end done, options resolved) and
-runs lists of units through its model as batches. `synthesize`, `stream` and
-`synthesize_batch` are built on those two seams, which are also what the serving engine uses.
+A `Voice` is what every family subclasses: the engine's contract (`voxserve.contract`:
+`units`, `run_pieces`, step runners, shared components) plus the library, `synthesize`,
+`stream` and `synthesize_batch`. The library runs on an `Engine` of the voice's own, made at
+its first call in the caller's process and driven by the callers' threads (`Engine.add`,
+`Engine.drive`), as vLLM's `LLM` steps its engine core: the engine's scheduler batches the
+text's sentences, its steps run them and its output path delivers them, in the library as in
+the server.
 """
 
 from __future__ import annotations
 
-import itertools
-import secrets
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from .audio import Audio, AudioChunk, SentenceJoiner, Word, silence_samples
-from .errors import UnpronounceableTextError
-from .families import families
-from .limits import DEFAULT_LIMITS, Limits
+from .audio import Audio, AudioChunk, SentenceJoiner, silence_samples
+from .contract import (  # noqa: F401 (re-exported: families and tools import them from here)
+    Piece,
+    SharedComponent,
+    StepResult,
+    StepRunner,
+    Unit,
+    VoiceContract,
+    joined_words,
+    limited,
+    piece_error,
+    run_steps,
+    sentence_seed,
+    shift_words,
+)
+from .engine.engine import Engine
+from .engine.output import Sink
 from .options import SynthesisOptions
-from .text.split import split_sentences
 
-MAX_BATCH_SENTENCES = 16
-MAX_BATCH_COST = 4096  # phoneme ids per batch (a voice may bound its batches lower: Voice.batch_cost)
-# Speech per character of text, a low estimate (about twice a normal reading rate): what a request's
-# audio is predicted from before its front end runs (`Voice.predicted_audio_s`).
-LOW_SECONDS_PER_CHAR = 0.03
+_ENGINE_LOCK = threading.Lock()  # makes each voice's library engine once, whichever thread asks first
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One sentence of a request, ready for the model."""
+class Voice(VoiceContract):
+    """A loaded voice on one device: the engine's contract (`VoiceContract`) and the library
+    API. Thread safe: threads that share a voice share its engine, whose steps run one at a
+    time on whichever of them waits (their sentences batched together)."""
 
-    index: int
-    """Position in its request."""
-    text: str
-    cost: int
-    """Batching cost (phoneme ids for VITS)."""
-    payload: Any
-    """Family-specific model input (a VitsItem for Piper voices)."""
-    seconds: float = 0.0
-    """Predicted audio, a low estimate: what the request's limit is checked against before
-    the model runs (the audio made is checked too)."""
-    component: Hashable | None = None
-    """The key of a shared component (`SharedComponent.key`) whose output this unit needs
-    before its voice can run it; None: none, or already attached."""
-    component_input: Any = None
-    """What that component takes for this unit (e.g. the sentence's text for a BERT)."""
-
-
-class Piece(tuple):
-    """(audio, rest) of `Voice.run_pieces` for one unit, and `words`: the words of the unit's
-    sentence, in seconds from the start of this piece's audio, on the piece that starts the
-    sentence (a voice with `word_timestamps`); () on the pieces that continue one and for
-    voices without them. Unpacks as the pair. `error`: this unit alone failed (a sentence
-    over its limit: AudioTooLongError); its audio is then empty and its batch mates are not
-    affected (`Piece.failed`)."""
-
-    words: tuple[Word, ...]
-    error: BaseException | None
-
-    def __new__(cls, audio, rest=None, words: Sequence[Word] = (), error: BaseException | None = None):
-        self = super().__new__(cls, (audio, rest))
-        self.words = tuple(words)
-        self.error = error
-        return self
-
-    @classmethod
-    def failed(cls, error: BaseException) -> "Piece":
-        return cls(np.zeros(0, dtype=np.float32), None, (), error)
-
-
-def piece_words(result) -> tuple[Word, ...]:
-    """The words of a run_pieces result (a plain (audio, rest) pair has none)."""
-    return result.words if isinstance(result, Piece) else ()
-
-
-def piece_error(result) -> BaseException | None:
-    """The error of a run_pieces result that failed alone (a plain (audio, rest) pair has none)."""
-    return result.error if isinstance(result, Piece) else None
-
-
-def shift_words(words: Sequence[Word], offset: float) -> tuple[Word, ...]:
-    return tuple(Word(w.word, w.start + offset, w.end + offset) for w in words)
-
-
-def joined_words(sentences: Sequence[tuple[int, Sequence[Word], bool]], sample_rate: int,
-                 silence_s: float) -> tuple[Word, ...]:
-    """Whole-audio words of sentences joined by `SentenceJoiner`: (sample count, words relative to
-    that chunk, partial) per chunk in order; each chunk's words move by where the joiner puts
-    the chunk (the silence before it included)."""
-    joiner = SentenceJoiner(sample_rate, silence_s)
-    out: list[Word] = []
-    pos = 0  # samples written so far
-    for n, words, partial in sentences:
-        parts = joiner.pieces(np.zeros(0, np.float32), partial)
-        pos += sum(len(p) for p in parts)  # the silence before this chunk, if any
-        out.extend(shift_words(words, pos / sample_rate))
-        pos += n
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one step of a step runner gave for one sequence."""
-
-    key: Hashable
-    audio: np.ndarray | None = None
-    """float32 samples made since this sequence's previous result (None or empty: none)."""
-    final: bool = True
-    """The sequence is finished and has left the runner (its last audio is this result's)."""
-    error: BaseException | None = None
-    """The sequence failed and has left the runner; the others go on."""
-
-
-class StepRunner(ABC):
-    """Sequences (one per unit) that advance one step at a time: continuous batching.
-
-    The engine's worker, the only thread that calls it, lets new sequences `join` between
-    steps, calls `step()` while any is active, and removes cancelled ones with `leave`. A
-    sequence's output must not depend on what runs beside it (per-sequence seeded sampling, no
-    cross-row leakage through padding)."""
-
-    capacity: int = 8
-    """Sequences that may be active at once (the engine joins no more)."""
-
-    @abstractmethod
-    def join(self, key: Hashable, unit: Unit) -> None:
-        """Add a sequence for `unit`; its prompt is processed in the next `step()`. A unit it
-        cannot run fails through that step's StepResult(error=...), not by raising here."""
-
-    @abstractmethod
-    def step(self) -> list[StepResult]:
-        """One decode iteration (or a small fixed number) of every active sequence; returns
-        results for the sequences that made audio, finished or failed in it."""
-
-    @abstractmethod
-    def leave(self, key: Hashable) -> None:
-        """Drop a sequence (its request was cancelled); unknown keys are ignored."""
-
-    @property
-    @abstractmethod
-    def active(self) -> int:
-        """Sequences joined and not yet finished."""
-
-
-def run_steps(runner: StepRunner, units: Sequence[Unit]) -> list[np.ndarray]:
-    """Run units through a step runner to their end (the library path of a step voice): the
-    audio of each, in order. Raises the first sequence's error."""
-    parts: dict[int, list[np.ndarray]] = {k: [] for k in range(len(units))}
-    pending = list(enumerate(units))
-    done: set[int] = set()
-    error: BaseException | None = None
-    while len(done) < len(units):
-        while pending and runner.active < runner.capacity:
-            k, u = pending.pop(0)
-            runner.join(k, u)
-        for res in runner.step():
-            if res.error is not None and error is None:
-                error = res.error
-            if res.audio is not None and len(res.audio):
-                parts[res.key].append(res.audio)
-            if res.final or res.error is not None:
-                done.add(res.key)
-        if error is not None:
-            for k in range(len(units)):
-                if k not in done:
-                    runner.leave(k)
-            raise error
-    return [np.concatenate(p) if p else np.zeros(0, dtype=np.float32) for _, p in sorted(parts.items())]
-
-
-class SharedComponent(ABC):
-    """A model part several voices use (a BERT text encoder): loaded once per device, run by
-    the device's worker as a stage of its own, batched across requests and voices."""
-
-    key: Hashable
-    """Identity: voices whose units name the same key on one device share one instance."""
-    max_batch: int = 16
-    """Inputs per call."""
-
-    @abstractmethod
-    def run(self, inputs: Sequence[Any]) -> list[Any]:
-        """One output per input, in order; outputs stay on the component's device."""
-
-
-def sentence_seed(seed: int | None, index: int) -> int:
-    """Per-sentence seed: a request's seed spread over its sentences; random if None."""
-    if seed is None:
-        return secrets.randbits(63)
-    return (seed * 1_000_003 + index) & ((1 << 63) - 1)
-
-
-def limited(units: Iterator[Unit], limits: Limits, sentences: Sequence[str] = (),
-            silence_s: float = 0.0) -> Iterator[Unit]:
-    """`units`, refusing the request (AudioTooLongError) once their predicted audio, with the
-    silence between sentences, passes the request's limit: before the model runs on the
-    sentence that passes it. The silence alone is checked now, from `sentences` (the text split,
-    before phonemes), counting those with a letter or digit."""
-    if silence_s:
-        spoken = sum(1 for s in sentences if any(ch.isalnum() for ch in s))
-        limits.check_request((spoken - 1) * silence_s, predicted=True)
-
-    def gen() -> Iterator[Unit]:
-        total = 0.0
-        for u in units:
-            total += u.seconds + (silence_s if u.index else 0.0)
-            limits.check_request(total, predicted=True)
-            yield u
-
-    return gen()
-
-
-class AudioBudget:
-    """The audio a request has made so far (sentence silence included), against its limit."""
-
-    def __init__(self, limits: Limits, sample_rate: int, silence_s: float = 0.0):
-        self.limits, self.sample_rate, self.samples = limits, sample_rate, 0
-        self.gap = silence_samples(silence_s, sample_rate)
-        self.sentences = 0
-
-    def add(self, n_samples: int, sentence_start: bool = True) -> None:
-        """One sentence's audio (or a piece of one: sentence_start=False for its rest)."""
-        if sentence_start:
-            self.samples += self.gap if self.sentences else 0
-            self.sentences += 1
-        self.samples += n_samples
-        self.limits.check_request(self.samples / self.sample_rate)
-
-
-class Voice(ABC):
-    """A loaded voice on one device. The engine takes only `Voice`s and uses nothing else:
-
-    reads    `name`, `family`, `sample_rate`, `device` (which device's worker runs it),
-             `limits`, `concurrent_runs` (may the CPU executor run two of its batches at
-             once), `silence_after(options)`; and `Unit.cost` (its scheduling unit: work
-             predicted in phoneme ids or their equivalent) of what `units` yields;
-    calls    `units(text, options)` on the front-end pool; `step_runner()` (continuous
-             batching: its `StepRunner`, or None for a one-shot voice, whose batches go
-             through `run_pieces`); `components()` and `with_component_output` (shared
-             components); `warmup()` before traffic (`Engine.warm_up`).
-    """
-
-    name: str
-    family: str
-    sample_rate: int
-    device: Any
-    """Where its model runs (a torch.device, or its name): the engine runs the voice on that
-    device's worker, so every family must say it."""
-    limits: Limits = DEFAULT_LIMITS
-    """The work bound of every request to this voice (set by load_voice(limits=...))."""
-    batch_cost: int = MAX_BATCH_COST
-    """The most cost (`Unit.cost`) one batch of the library path (`synthesize_batch`,
-    `stream`) holds: a voice on a device where bigger batches buy nothing bounds its memory lower."""
-
-    @property
-    def synthesis_options(self) -> type[SynthesisOptions]:
-        """The options class this voice takes per request: its family's
-        (`Family.synthesis_options`, e.g. PiperOptions), or SynthesisOptions for a voice of no
-        registered family. `synthesize` and the others take one, or a plain SynthesisOptions."""
-        fam = families().get(self.family)
-        return SynthesisOptions if fam is None else fam.synthesis_options
-
-    @property
-    def speakers(self) -> list[str]:
-        return []
-
-    @property
-    def styles(self) -> list[str]:
-        """Named styles (`SynthesisOptions.style`) of voices that have them."""
-        return []
-
-    @property
-    def languages(self) -> list[str]:
-        """Values `SynthesisOptions.language` takes, for voices that speak several (SBV2's
-        "JP", "EN"); empty for a voice that has no such option. What listings show is
-        `language_codes`."""
-        return []
-
-    @property
-    def language_codes(self) -> list[str]:
-        """The languages the voice speaks as BCP-47 tags (`voxserve.langcodes.tag`: "en-US",
-        "ja"), from its family's config: the one source of every listing (HTTP voices routes,
-        Wyoming's info, the playground); each family's `describe` gives the same list for the
-        voice unloaded. Where `languages` is not empty, `SynthesisOptions.language` accepts each
-        of these tags too. Empty = not known."""
-        return []
-
-    clones: bool = False
-    """Makes speakers from recordings (`clone`, `forget`): the zero-shot families (CosyVoice 2)."""
-
-    def clone(self, name: str, wave: np.ndarray, sample_rate: int, text: str, folder: Path) -> Path:
-        """A voice `name` made from a recording (mono float32 [N] at `sample_rate`) and its
-        transcript: a speaker of this voice at once (`speaker=name`), and saved in `folder` as
-        `voxserve voices add` saves one (its path returned). Only where `clones`; a recording
-        the family cannot use is a ValueError."""
-        raise NotImplementedError(f"{self.family} voices make no voices from recordings")
-
-    def forget(self, name: str) -> None:
-        """Drop the speaker `clone` made (its saved copy is the caller's to delete)."""
-        raise NotImplementedError(f"{self.family} voices make no voices from recordings")
-
-    def step_runner(self) -> StepRunner | None:
-        """The voice's step runner if it runs as one (autoregressive families; the same
-        instance at every call); None for a one-shot voice, whose batches go through
-        `run_pieces`."""
-        return None
-
-    def components(self) -> Mapping[Hashable, SharedComponent]:
-        """The shared components its units name (`Unit.component`), by key."""
-        return {}
-
-    def with_component_output(self, unit: Unit, output: Any) -> Unit:
-        """`unit` with its component's output attached, ready for `run_units` (a family with
-        components overrides this to put the output into its payload)."""
-        return replace(unit, component=None, component_input=None, payload=(unit.payload, output))
-
-    def resolve_components(self, units: Sequence[Unit]) -> list[Unit]:
-        """Run the shared components that units still need (batched per component) and attach
-        their outputs: the library path; the engine runs them as its own stage."""
-        out = list(units)
-        need: dict[Hashable, list[int]] = {}
-        for k, u in enumerate(out):
-            if u.component is not None:
-                need.setdefault(u.component, []).append(k)
-        comps = self.components() if need else {}
-        for key, idx in need.items():
-            comp = comps[key]
-            for s in range(0, len(idx), comp.max_batch):
-                part = idx[s:s + comp.max_batch]
-                for k, o in zip(part, comp.run([out[k].component_input for k in part])):
-                    out[k] = self.with_component_output(out[k], o)
-        return out
-
-    @property
-    def concurrent_runs(self) -> bool:
-        """Whether two threads may run batches of this voice at once (the engine's CPU lanes)."""
-        return False
-
-    word_timestamps: bool = False
-    """Whether its audio comes with word timestamps (`Audio.words`; `run_pieces` returns
-    `Piece`s with words). Voices whose model predicts no durations (autoregressive) leave it
-    False, and their audio's words are empty."""
-
-    # ---------------------------------------------------------------- seams
-    @abstractmethod
-    def units(self, text: str, options: SynthesisOptions | None = None) -> Iterator[Unit]:
-        """Validate now; then lazily yield the text's units in order.
-
-        Raises EmptyTextError (now), InvalidOptionError / UnknownSpeakerError (now), and
-        UnpronounceableTextError (when iteration ends without a single unit)."""
-
-    @abstractmethod
-    def run_units(self, units: Sequence[Unit], early: Sequence[int] = (),
-                  on_early: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
-        """Run one batch through the model. float32 audio per unit, trimmed.
-
-        early: positions of units whose client waits for its first audio (a stream's first
-        sentence). A voice may deliver the head of such a unit's audio at once through
-        on_early(k, samples), while the batch goes on; the list returned then holds only the
-        rest of that unit's audio (head + rest = the unit's audio). Voices that cannot (Bark)
-        ignore it."""
-
-    def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[tuple[np.ndarray, Unit | None]]:
-        """Run one batch, cutting long units: (audio, rest) per unit, where rest is None or a
-        Unit (same index) for the rest of that unit's audio, to run in a later batch. `early`
-        units (a stream's first sentence) may be cut after a short head (first audio sooner);
-        with max_cost, no piece costs much more than max_cost (a batch's time stays bounded).
-        The pieces of a unit join exactly. Voices that cannot cut (Bark) run units whole.
-        A voice with `word_timestamps` returns `Piece`s carrying the words."""
-        return [(a, None) for a in self.run_units(units)]
+    _library_engine: Engine | None = None  # (library_engine: made at the first call)
 
     def warmup(self) -> None:
-        """Get ready for traffic (servers call this before reporting ready)."""
+        """Get ready for traffic (servers call this before reporting ready): one sentence."""
         self.synthesize("Warm up.")
-
-    def silence_after(self, options: SynthesisOptions | None) -> float:
-        return float(options.sentence_silence or 0.0) if options else 0.0
-
-    def predicted_audio_s(self, text: str, options: SynthesisOptions | None = None) -> float:
-        """A low estimate of the audio (seconds) a request makes, known before its front end
-        runs, silence included: what the server charges a whole answer against the audio it may
-        hold at once (engine/held_audio.py). Speech at LOW_SECONDS_PER_CHAR (faster at a higher
-        `speed`), plus the sentence silence between sentences; a voice with more silence of its
-        own (SSML breaks) adds it."""
-        speed = float(options.speed) if options is not None and options.speed else 1.0
-        speech = len(text) * LOW_SECONDS_PER_CHAR / speed
-        gap = self.silence_after(options)
-        if not gap:
-            return speech
-        spoken = sum(1 for s in split_sentences(text) if any(ch.isalnum() for ch in s))
-        return speech + gap * max(0, spoken - 1)
-
-    # ---------------------------------------------------------------- idle unload
-    can_unload: bool = False
-    """Whether `unload` / `reload` work for this voice (a family that implements them sets it);
-    the server's `--unload-after` leaves the others loaded."""
-
-    @property
-    def loaded(self) -> bool:
-        """Whether its weights are in memory: False between `unload` and `reload`."""
-        return True
-
-    def unload(self) -> None:
-        """Release its weights and their memory (device memory on a GPU), keeping what a
-        request's front end needs (`units` still works): `reload` brings them back, as loaded.
-        The caller makes sure that nothing runs the voice meanwhile (engine/unload.py)."""
-        raise NotImplementedError(f"voices of family {self.family!r} cannot unload their weights")
-
-    def reload(self) -> None:
-        """Load the weights again after `unload` (from the voice's source, with the same device,
-        precision and runtime options); a loaded voice is left as it is."""
-        raise NotImplementedError(f"voices of family {self.family!r} cannot unload their weights")
 
     # ---------------------------------------------------------------- API
     def synthesize(self, text: str, options: SynthesisOptions | None = None) -> Audio:
@@ -423,102 +57,165 @@ class Voice(ABC):
         return self.synthesize_batch([text], options)[0]
 
     def stream(self, text: str, options: SynthesisOptions | None = None) -> Iterator[AudioChunk]:
-        """One AudioChunk per sentence, in order; the first sentence runs alone so that it
-        arrives as soon as possible (a long one in two chunks: a head, `partial=True`, then the
-        rest; see `run_pieces`), later ones in growing batches. Memory stays bounded by one
-        batch, whatever the length of the text.
+        """One AudioChunk per sentence, in order, as the engine's scheduler runs them for a
+        stream: the first sentence first, alone (a long one in two chunks: a head,
+        `partial=True`, then the rest; see `run_pieces`), later ones batched. Options are
+        checked now; the engine works while the caller waits for the next chunk, and its
+        front end only a few sentences ahead, so memory stays bounded whatever the length of
+        the text. A consumer that stops iterating (or closes the iterator) cancels the rest.
 
         The sentence silence (`sentence_silence`) is in the stream as in `synthesize`: at the end
         of the chunk that ends each sentence but the last, so that the chunks joined are the
         whole audio and each chunk's words stay relative to its start."""
-        silence = self.silence_after(options)
-        chunks = self.stream_units(self.units(text, options), silence)
-        gap = silence_samples(silence, self.sample_rate)
+        units = self.units(text, options)  # validates now; the sentences come lazily
+        chunks = self._streamed(text, options, units)
+        gap = silence_samples(self.silence_after(options), self.sample_rate)
         return _with_silence(chunks, gap) if gap else chunks
 
-    def stream_units(self, units: Iterator[Unit], silence_s: float = 0.0) -> Iterator[AudioChunk]:
-        """Run units (from `units()`) in batches of 1, 2, 4, ... and yield their audio in order.
-        silence_s: the silence the caller puts between sentences (counted against the limit)."""
-        units = iter(units)
-        budget = AudioBudget(self.limits, self.sample_rate, silence_s)
-        size = 1
-        pending = list(itertools.islice(units, 1))
-        if pending:  # the first sentence: its head first, if the voice cuts it
-            first = pending[0]
-            res = self.run_pieces(self.resolve_components(pending), early=[0])[0]
-            audio, rest = _raise_failed(res)
-            words = piece_words(res)
-            text = first.text
-            start = True
-            while rest is not None:
-                budget.add(len(audio), start)
-                start = False
-                yield AudioChunk(audio, self.sample_rate, words, index=first.index, text=text, partial=True)
-                text, words = "", ()
-                audio, rest = _raise_failed(self.run_pieces([rest])[0])
-            nxt = list(itertools.islice(units, 1))
-            budget.add(len(audio), start)
-            yield AudioChunk(audio, self.sample_rate, words, index=first.index, text=text, is_last=not nxt)
-            size = 2
-            pending = nxt + self._take_batch(units, size - len(nxt), self.batch_cost - sum(u.cost for u in nxt))
-        while pending:
-            nxt = list(itertools.islice(units, 1))  # look ahead one: mark the last chunk
-            results = self._run_whole(self.resolve_components(pending))
-            for k, (u, (a, words)) in enumerate(zip(pending, results)):
-                last = not nxt and k == len(pending) - 1
-                budget.add(len(a))
-                yield AudioChunk(a, self.sample_rate, words, index=u.index, text=u.text, is_last=last)
-            size = min(size * 2, MAX_BATCH_SENTENCES)
-            pending = nxt + self._take_batch(units, size - len(nxt), self.batch_cost - sum(u.cost for u in nxt))
-
     def synthesize_batch(self, texts: Sequence[str], options: SynthesisOptions | Sequence[SynthesisOptions | None] | None = None) -> list[Audio]:
-        """Several texts; the sentences of all of them share batches. One Audio per text."""
+        """Several texts, one request each; the engine's scheduler batches the sentences of all
+        of them together. One Audio per text."""
         if isinstance(options, SynthesisOptions) or options is None:
             opts_list = [options] * len(texts)
         else:
             opts_list = list(options)
             if len(opts_list) != len(texts):
                 raise ValueError("options must be one SynthesisOptions or one per text")
-        per_text = [list(self.units(t, o)) for t, o in zip(texts, opts_list)]
-        for t, us in zip(texts, per_text):
-            if not us:
-                raise UnpronounceableTextError(t)
-        flat = [(ti, u) for ti, us in enumerate(per_text) for u in us]
-        audio: dict[tuple[int, int], tuple[np.ndarray, tuple[Word, ...]]] = {}
-        budgets = [AudioBudget(self.limits, self.sample_rate, self.silence_after(o)) for o in opts_list]
-        it = iter(flat)
-        while batch := self._take_batch(it, MAX_BATCH_SENTENCES, self.batch_cost, key=lambda x: x[1]):
-            for (ti, u), (a, words) in zip(batch, self._run_whole(self.resolve_components([u for _, u in batch]))):
-                budgets[ti].add(len(a))
-                audio[(ti, u.index)] = (a, words)
+        units = [self.units(t, o) for t, o in zip(texts, opts_list)]  # every text validated first
+        if not texts:
+            return []
+        engine = self.library_engine()
+        cond = engine.condition(self.name)
+        sinks = [_Collector(cond, self.sample_rate) for _ in texts]
+        rids = []
+        try:
+            for t, o, u, s in zip(texts, opts_list, units, sinks):
+                rids.append(engine.add(self.name, t, o, s, units=u))
+            engine.drive(self.name, lambda: all(s.done for s in sinks) or any(s.error for s in sinks))
+        finally:
+            for rid in rids:  # (those that ended are gone already)
+                engine.cancel(rid)
+            engine.leave_ended(self.name)
         out = []
-        for ti, (us, o) in enumerate(zip(per_text, opts_list)):
-            got = [audio[(ti, u.index)] for u in us]
+        for s, o in zip(sinks, opts_list):
+            if s.error is not None:
+                raise s.error
+            chunks = s.take()
             silence = self.silence_after(o)
-            out.append(Audio(SentenceJoiner(self.sample_rate, silence).join([a for a, _ in got]), self.sample_rate,
-                             joined_words([(len(a), w, False) for a, w in got], self.sample_rate, silence)))
+            out.append(Audio(SentenceJoiner(self.sample_rate, silence).join(chunks), self.sample_rate,
+                             joined_words([(len(c.samples), c.words, c.partial) for c in chunks],
+                                          self.sample_rate, silence)))
         return out
 
-    def _run_whole(self, units: Sequence[Unit]) -> list[tuple[np.ndarray, tuple[Word, ...]]]:
-        """One batch of whole units: (audio, words) per unit. A voice with timestamps runs it
-        through run_pieces (no cut without early/max_cost), the others through run_units."""
-        if not self.word_timestamps:
-            return [(a, ()) for a in self.run_units(units)]
-        return [(_raise_failed(r)[0], piece_words(r)) for r in self.run_pieces(units)]
+    def _streamed(self, text: str, options: SynthesisOptions | None, units: Iterator[Unit]) -> Iterator[AudioChunk]:
+        engine = self.library_engine()
+        sink = _Collector(engine.condition(self.name), self.sample_rate)
+        rid = engine.add(self.name, text, options, sink, streaming=True, units=units)
+        try:
+            while True:
+                engine.drive(self.name, sink.ready)
+                with sink.cond:
+                    chunks, error, done = sink.take(), sink.error, sink.done
+                yield from chunks
+                if error is not None:
+                    raise error
+                if done:
+                    return
+        finally:  # the consumer stopped (or it failed): the rest is never synthesised
+            engine.cancel(rid)
+            engine.leave_ended(self.name)
 
-    @staticmethod
-    def _take_batch(it: Iterator, max_n: int, max_cost: int, key=lambda u: u) -> list:
-        """Up to max_n items from `it` whose costs sum to at most max_cost (at least one)."""
-        batch: list = []
-        cost = 0
-        if max_n <= 0:
-            return batch
-        for x in it:
-            batch.append(x)
-            cost += key(x).cost
-            if len(batch) >= max_n or cost >= max_cost:
-                break
-        return batch
+    # ---------------------------------------------------------------- the library's engine
+    def library_engine(self) -> Engine:
+        """The engine the library API runs on: this voice alone, made at the first call, with
+        the server's configuration, driven by the calling threads (`Engine.drive`: no threads
+        of its own but its front end's)."""
+        engine = self._library_engine
+        if engine is None:
+            with _ENGINE_LOCK:
+                engine = self._library_engine
+                if engine is None:
+                    engine = self._library_engine = Engine({self.name: self}).start(threads=False)
+        return engine
+
+    def close(self) -> None:
+        """Stop the library's engine of this voice (its front-end threads; a later call makes
+        another): calls in flight fail with EngineClosedError. Dropping the voice does it too."""
+        with _ENGINE_LOCK:
+            engine, self._library_engine = self._library_engine, None
+        if engine is not None:
+            engine.shutdown(timeout=0)
+
+
+class _Collector(Sink):
+    """A library request's results as the engine delivers them (called under the device's
+    lock, `cond`, which each call notifies: the driving threads wait on it): its chunks in
+    order, its sentence count once the front end knows it, its end."""
+
+    def __init__(self, cond: threading.Condition, sample_rate: int):
+        self.cond, self.sample_rate = cond, sample_rate
+        self.chunks: deque[tuple[AudioChunk, int | None]] = deque()  # (chunk, n-th whole sentence or None: a piece)
+        self.whole = 0  # whole sentences received
+        self.produced = 0  # sentences the front end has produced
+        self.words: tuple = ()
+        self.total: int | None = None
+        self.done = False
+        self.error: BaseException | None = None
+
+    def _wake(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def on_words(self, index: int, words: tuple) -> None:
+        self.words = words
+
+    def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
+        nth = None
+        if not partial:
+            self.whole += 1
+            nth = self.whole
+        self.chunks.append((AudioChunk(samples, self.sample_rate, self.words, index=index, text=text,
+                                       partial=partial), nth))
+        self.words = ()
+        self._wake()
+
+    def on_sentence(self, index: int) -> None:
+        self.produced += 1
+
+    def on_total(self, n_sentences: int) -> None:
+        self.total = n_sentences
+        self._wake()
+
+    def on_done(self, n_sentences: int) -> None:
+        self.total, self.done = n_sentences, True
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self._wake()
+
+    def _known(self, nth: int | None) -> bool:
+        """Whether it is known if the n-th whole sentence (None: a piece) is the last."""
+        return nth is None or self.total is not None or self.produced > nth
+
+    def ready(self) -> bool:
+        """A chunk can be handed out (whether it is the last is known), or the request is over
+        (lock held)."""
+        if self.done or self.error is not None:
+            return True
+        return bool(self.chunks) and self._known(self.chunks[0][1])
+
+    def take(self) -> list[AudioChunk]:
+        """The chunks that can be handed out, `is_last` set on the last sentence's (lock held)."""
+        out = []
+        over = self.done or self.error is not None
+        while self.chunks:
+            chunk, nth = self.chunks[0]
+            if not over and not self._known(nth):
+                break  # whether it is the last is not known yet: the front end's next tells
+            self.chunks.popleft()
+            out.append(replace(chunk, is_last=True) if nth is not None and nth == self.total else chunk)
+        return out
 
 
 def _with_silence(chunks: Iterator[AudioChunk], gap: int) -> Iterator[AudioChunk]:
@@ -531,10 +228,3 @@ def _with_silence(chunks: Iterator[AudioChunk], gap: int) -> Iterator[AudioChunk
         else:
             yield replace(c, samples=np.concatenate([c.samples, np.zeros(gap, np.float32)]))
 
-
-def _raise_failed(result: tuple):
-    """A run_pieces result that failed alone (a sentence over its limit) raises its error."""
-    error = piece_error(result)
-    if error is not None:
-        raise error
-    return result

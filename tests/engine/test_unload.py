@@ -11,6 +11,7 @@ import pytest
 from unload_helpers import child_json
 
 from voxserve.engine import Engine, EngineConfig, SchedulerConfig
+from voxserve.engine import Sink as EngineSink
 from voxserve.engine.unload import IdleUnloader, VoiceLoads, idle_voices
 from voxserve.voice import Unit, Voice
 
@@ -123,7 +124,7 @@ def test_unload_after_must_be_positive():
 
 
 # ------------------------------------------------------------------ the engine's hooks
-class Sink:
+class Sink(EngineSink):
     def __init__(self):
         self.audio, self.done, self.error = [], threading.Event(), None
 

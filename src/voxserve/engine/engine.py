@@ -8,8 +8,11 @@ Threads:
   which feeds each request's sentences into the scheduler a few at a time (a lookahead window),
   so a 1,000-sentence text is not phonemised ahead of need and a cancelled one stops early.
 Callers (the asyncio side, tests) talk to it through `submit` / `cancel` and a `Sink` per
-request whose methods are called from those threads. `submit` admits by time: it refuses a
-request (OverloadedError) whose wait, or the delay it would cause accepted ones, passes
+request whose methods are called from those threads. The library (`voxserve.voice.Voice`:
+`synthesize`, `stream`, `synthesize_batch`) drives an engine of its own from its callers'
+threads instead of executor threads (`add`, `drive`), as vLLM's `LLM` steps its engine core in
+the caller's process: the same scheduler, steps and output path. `submit` admits by time: it
+refuses a request (OverloadedError) whose wait, or the delay it would cause accepted ones, passes
 `EngineConfig.max_queue_wait_s` at the device's observed speed.
 """
 
@@ -19,7 +22,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -29,7 +32,7 @@ from ..errors import EngineClosedError, UnknownVoiceError
 from ..options import SynthesisOptions
 from ..runtime.allocator import MemoryRelease
 from ..runtime.cpu import in_passing_thread, intra_op_threads, release_openmp_threads, thread_teams
-from ..voice import AudioBudget, Voice
+from ..contract import AudioBudget, VoiceContract
 from .admission import check_memory
 from .executors import CpuExecutor, CpuLanes, Executor, SerialExecutor
 from .output import RequestOutput, Sink
@@ -109,7 +112,7 @@ class BatchObserver:
 class Engine:
     """Voices by name; one worker per device. Thread safe."""
 
-    def __init__(self, voices: Mapping[str, Voice] | Sequence[Voice], config: EngineConfig | None = None,
+    def __init__(self, voices: Mapping[str, VoiceContract] | Sequence[VoiceContract], config: EngineConfig | None = None,
                  observer: BatchObserver | None = None, cpu: CpuLanes | None = None):
         """`cpu`: how the CPU executor runs where a CPU device uses it (the default: the
         product's lanes on this process's threads; tests pass their own)."""
@@ -119,9 +122,9 @@ class Engine:
         if not voices:
             raise ValueError("an engine needs at least one voice")
         for name, v in voices.items():
-            if not isinstance(v, Voice):
-                raise TypeError(f"voice {name!r} is a {type(v).__name__}, not a voxserve.voice.Voice")
-        self.voices: dict[str, Voice] = dict(voices)
+            if not isinstance(v, VoiceContract):
+                raise TypeError(f"voice {name!r} is a {type(v).__name__}, not a voxserve.voice.Voice (VoiceContract)")
+        self.voices: dict[str, VoiceContract] = dict(voices)
         self.observer = observer
         self._cpu = cpu or CpuLanes()
         self._workers: dict[str, DeviceWorker] = {}
@@ -150,8 +153,9 @@ class Engine:
         self._stats_lock = threading.Lock()
         self.loads = VoiceLoads()  # idle unload (engine/unload.py): a request's voice is loaded before its units
         self._submitted = dict.fromkeys(self.voices, 0)  # requests accepted per voice (only ever grows)
+        self._driving: set[str] = set()  # devices whose step a caller's thread runs now (`drive`)
 
-    def _executor_for(self, w: DeviceWorker, voices: list[Voice]) -> Executor:
+    def _executor_for(self, w: DeviceWorker, voices: list[VoiceContract]) -> Executor:
         """Serial, or CPU lanes where they may run: a CPU with several intra-op threads that
         each take a team of their own, and voices that allow two batches at once."""
         stopping = lambda: self._stopping_now  # noqa: E731
@@ -267,7 +271,7 @@ class Engine:
         self.shutdown()
 
     # ------------------------------------------------------------------ requests
-    def voice(self, name: str) -> Voice:
+    def voice(self, name: str) -> VoiceContract:
         try:
             return self.voices[name]
         except KeyError:
@@ -297,19 +301,31 @@ class Engine:
         OverloadedError and EngineClosedError."""
         return self._admit(voice_name, text, options, sink, streaming, None)
 
+    def add(self, voice_name: str, text: str, options: SynthesisOptions | None, sink: Sink,
+            streaming: bool = False, units: Iterator | None = None) -> int:
+        """A request of a caller that waits for its own answer and drives the engine itself
+        (the library: `drive`), as `submit` (`units`: the voice's `units(text, options)` if
+        the caller has already validated), but never refused by admission: a library caller's
+        own calls are its queue, and the engine's front-end window bounds what it holds."""
+        if units is None:
+            units = self.voice(voice_name).units(text, options)
+        return self._admit(voice_name, text, options, sink, streaming, units, admit=False)
+
     def _admit(self, voice_name: str, text: str, options: SynthesisOptions | None, sink: Sink,
-               streaming: bool, units: Iterator | None) -> int:
+               streaming: bool, units: Iterator | None, admit: bool = True) -> int:
         if not self._accepting:
             raise EngineClosedError("the engine is not accepting requests (starting or shutting down)")
         voice = self.voice(voice_name)
         w = self._worker_of[voice_name]
         with w.cond:
-            waiting = sum(1 for r in w.requests.values() if r.produced == 0)
-            check_memory(w.scheduler.queued, waiting, w.scheduler.config.max_queued_sentences, w.wait_estimate)
             # the front end runs later: the request's own cost is predicted from its length
             est = len(text) * w.admission.cost_per_char(voice_name)
             now = time.monotonic()
-            deadline = w.admission.check(voice_name, est, now, w.accepted(now), w.running_cost)
+            deadline = float("inf")
+            if admit:
+                waiting = sum(1 for r in w.requests.values() if r.produced == 0)
+                check_memory(w.scheduler.queued, waiting, w.scheduler.config.max_queued_sentences, w.wait_estimate)
+                deadline = w.admission.check(voice_name, est, now, w.accepted(now), w.running_cost)
             rid = next(w.ids)
             w.scheduler.add_request(rid, voice_name, streaming=streaming)
             out = RequestOutput(sink, AudioBudget(voice.limits, voice.sample_rate, voice.silence_after(options)))
@@ -367,6 +383,27 @@ class Engine:
             self.sentences_dropped += w.scheduler.cancel(request_id)
             w.cond.notify_all()
 
+    def leave_ended(self, voice_name: str) -> None:
+        """For an engine driven by its callers (`drive`), after `cancel`: the sequences of
+        requests that ended leave their step runners now (their caches freed), as the next
+        step's plan would take them out; nothing if a caller runs a step of the device now
+        (its plan does it). An engine with executor threads needs none of this."""
+        w = self._worker_of[voice_name]
+        with w.cond:
+            if not w.steppers or w.device in self._driving:
+                return
+            plan = w._step_plan(None)  # the leaves, and a step that is not taken here
+            if not plan.leaves:
+                return
+            plan.step = []
+            self._driving.add(w.device)
+        try:
+            w.update(plan, w.execute(plan))
+        finally:
+            with w.cond:
+                self._driving.discard(w.device)
+                w.cond.notify_all()
+
     # ------------------------------------------------------------------ front end
     def _needs_frontend(self, r: RequestState) -> bool:
         return (not r.finished and r.total is None and not r.frontend_running
@@ -410,11 +447,19 @@ class Engine:
                     unit = next(r.units)
                 except StopIteration:
                     with w.cond:
+                        if r.finished:
+                            return
                         r.total = r.produced
                         w.admission.learn_cost_per_char(r.voice, r.chars, r.produced_cost)
                         w.scheduler.input_done(r.id)
                         r.frontend_running = False
+                        try:
+                            r.out.total(r.total)
+                        except Exception as e:  # its sink raised: the request fails (Sink's rule)
+                            self._fail(r, e)
+                            return
                         self._maybe_finish(r)
+                        w.cond.notify_all()
                     return
                 budget -= 1
                 with w.cond:
@@ -438,6 +483,7 @@ class Engine:
         except Exception as e:  # UnpronounceableTextError, or a front-end failure
             with w.cond:
                 self._fail(r, e)
+                w.cond.notify_all()
             return
         with w.cond:  # budget used up: queue another round behind other requests' work
             if r.finished:
@@ -481,6 +527,58 @@ class Engine:
         with self._stats_lock:
             self.sentences_run += sentences
             self.batches_run += batches
+
+    # ------------------------------------------------------------------ driven by its callers
+    def condition(self, voice_name: str) -> threading.Condition:
+        """The lock of the voice's device, under which its requests' sinks are called (a sink
+        that `drive`'s `until` reads notifies it)."""
+        self.voice(voice_name)  # UnknownVoiceError
+        return self._worker_of[voice_name].cond
+
+    def drive(self, voice_name: str, until: Callable[[], bool]) -> None:
+        """Run the steps of the voice's device on the calling thread until `until()` holds
+        (checked under the device's lock; something that makes it true must notify the lock's
+        condition, as a request's sink calls and the front end do): an engine driven by its
+        callers' threads (the library), each step as the device's executor runs one (its
+        batches as one of its threads takes them), due work whoever's it is. Several threads
+        may drive one engine: one runs a step at a time (a model or a step runner is called
+        from one thread at a time), the others wait for their results or their turn. Raises
+        EngineClosedError once the engine shuts down."""
+        w = self._worker_of[voice_name]
+        ex = self._executors[w.device]
+        # the batches the device's executor takes, for one thread: the CPU executor's lane size
+        # (one sentence: on a CPU a batch costs about the sum of its sentences), else the serial one's
+        size = ex.settings.batch if isinstance(ex, CpuExecutor) else None
+        pick = lambda now, room: w.scheduler.schedule(now, max_items=size, room=room)  # noqa: E731
+        while True:
+            with w.cond:
+                plan = None
+                while plan is None:
+                    if until():
+                        return
+                    if self._stopping_now or not self._accepting:
+                        raise EngineClosedError("the engine is shut down")
+                    if w.device in self._driving:  # another caller runs a step: its end notifies
+                        w.cond.wait()
+                        continue
+                    now = time.monotonic()
+                    plan = w.schedule(now, pick)
+                    if plan is None:  # nothing due yet: the front end's next sentence notifies
+                        w.cond.wait(w.scheduler.next_deadline(now))
+                self._driving.add(w.device)
+            try:
+                w.update(plan, w.execute(plan))
+            except BaseException as e:  # a bug in delivery, or the caller interrupted (Ctrl-C):
+                if isinstance(e, Exception):  # the plan's requests fail, the engine goes on
+                    log.exception("internal error while running a step")
+                with w.cond:
+                    w.release(plan)
+                if not isinstance(e, Exception):
+                    raise
+            finally:
+                with w.cond:
+                    self._driving.discard(w.device)
+                    w.cond.notify_all()
 
     # ------------------------------------------------------------------ stepping by hand
     def step(self) -> Batch | None:

@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from ..voice import AudioBudget
+from ..contract import AudioBudget
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,15 @@ class Sink:
     def on_audio(self, index: int, samples: np.ndarray, text: str, partial: bool = False) -> None:
         """A sentence's audio; partial=True: a piece of it (a long sentence is cut, see
         Voice.run_pieces), the rest of sentence `index` follows in the next calls (text "")."""
+
+    def on_sentence(self, index: int) -> None:
+        """The request's front end has produced sentence `index` (its audio follows). With
+        `on_total`, a stream knows whether a sentence it has is its last."""
+
+    def on_total(self, n_sentences: int) -> None:
+        """The request's front end has given its last sentence: it has `n_sentences` (called
+        once, before `on_done`; audio may come before and after it). A stream marks its last
+        chunk by it."""
 
     def on_done(self, n_sentences: int) -> None:
         """Every sentence was delivered."""
@@ -52,8 +61,10 @@ class RequestOutput:
         self.closed = False
 
     def expect(self, index: int) -> None:
-        """The front end produced sentence `index` (its audio is delivered in this order)."""
+        """The front end produced sentence `index` (its audio is delivered in this order; the
+        sink's `on_sentence`). Raises what the sink raised: the caller then fails the request."""
         self.order.append(index)
+        self.sink.on_sentence(index)
 
     def put(self, index: int, audio: np.ndarray, text: str, *, partial: bool = False,
             sentence_start: bool = True, words: tuple = ()) -> None:
@@ -77,6 +88,12 @@ class RequestOutput:
                 return  # the rest of sentence k is still to come
             self.order.popleft()
             self.delivered += 1
+
+    def total(self, n_sentences: int) -> None:
+        """The front end is done: the request has `n_sentences` (the sink's `on_total`).
+        Raises what the sink raised: the caller then fails the request."""
+        if not self.closed:
+            self.sink.on_total(n_sentences)
 
     def finish(self, n_sentences: int) -> None:
         """Every sentence delivered: the sink's `on_done`."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..options import SynthesisOptions
-from ..voice import SharedComponent, StepResult, StepRunner, Unit, piece_error, piece_words
+from ..contract import SharedComponent, StepResult, StepRunner, Unit, piece_error, piece_words
 from .admission import Accepted, DeviceAdmission
 from .output import RequestOutput
 from .device_time import DeviceTime

@@ -17,12 +17,10 @@ from ...text.aligned import Aligned
 from ...text.frontend import TextFrontend, check_text
 from ...text.split import split_sentences
 from ...text.ssml import Break, Span
-from ...voice import MAX_BATCH_COST, Piece, Unit, Voice, limited, sentence_seed
+from ...voice import Piece, Unit, Voice, limited, sentence_seed
 from .config import VoiceConfig
 from .synthesis import PiperOptions
 from .words import SourceWords, WordSpan, word_spans, word_times
-
-CPU_BATCH_COST = 1024  # phoneme ids: about 4-8 sentences
 
 
 @dataclass(frozen=True)
@@ -63,12 +61,6 @@ class VitsVoice(Voice):
     @property
     def concurrent_runs(self) -> bool:
         return self.runner.concurrent_runs if self._unloaded is None else self._unloaded.concurrent_runs
-
-    @property
-    def batch_cost(self) -> int:
-        # a CPU batch costs about the sum of its sentences: past a few sentences, a bigger one
-        # only holds more activations (docs/benchmarks.md, "Memory of voxserve say")
-        return CPU_BATCH_COST if self.device.type == "cpu" else MAX_BATCH_COST
 
     # ---------------------------------------------------------------- idle unload
     @property
