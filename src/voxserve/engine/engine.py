@@ -36,7 +36,7 @@ from ..contract import AudioBudget, VoiceContract
 from .admission import check_memory
 from .executors import CpuExecutor, CpuLanes, Executor, SerialExecutor
 from .output import RequestOutput, Sink
-from .scheduler import Batch, SchedulerConfig
+from .scheduler import Batch, Pick, SchedulerConfig
 from .worker import DeviceWorker, RequestState
 from .unload import VoiceLoads
 
@@ -549,7 +549,7 @@ class Engine:
         # the batches the device's executor takes, for one thread: the CPU executor's lane size
         # (one sentence: on a CPU a batch costs about the sum of its sentences), else the serial one's
         size = ex.settings.batch if isinstance(ex, CpuExecutor) else None
-        pick = lambda now, room: w.scheduler.schedule(now, max_items=size, room=room)  # noqa: E731
+        pick = Pick(items=size)
         while True:
             with w.cond:
                 plan = None
@@ -562,9 +562,9 @@ class Engine:
                         w.cond.wait()
                         continue
                     now = time.monotonic()
-                    plan = w.schedule(now, pick)
+                    plan = w.schedule(now, (pick,))
                     if plan is None:  # nothing due yet: the front end's next sentence notifies
-                        w.cond.wait(w.scheduler.next_deadline(now))
+                        w.cond.wait(w.scheduler.next_deadline(now, pick))
                 self._driving.add(w.device)
             try:
                 w.update(plan, w.execute(plan))
