@@ -19,10 +19,10 @@ import cv2_fixtures as fx
 
 
 @pytest.fixture(scope="module")
-def flow(tmp_path_factory):
+def voice(tmp_path_factory):
     d = fx.write_model_folder(tmp_path_factory.mktemp("cv2m") / "tiny-chunked", speakers={"spk": fx.prompt_entry()},
                               encoder_chunk=25)
-    return voxserve.load_voice(f"cosyvoice2:{d}", device="cpu").model
+    return voxserve.load_voice(f"cosyvoice2:{d}", device="cpu")
 
 
 def _mark(name: str) -> None:
@@ -68,8 +68,8 @@ def _next_chunk(flow, streams, made: int):
     return ends, lambda: flow.chunk(*args, [s["cache"] for s in streams])
 
 
-def test_a_cached_chunk_allocates_a_small_part_of_the_caches_it_reads(flow):
-    model, flow = flow, flow.flow
+def test_a_cached_chunk_allocates_a_small_part_of_the_caches_it_reads(voice):
+    model, flow = voice.model, voice.model.flow
     made = 700
     streams = _streams(model, 4, made)
     profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
@@ -92,3 +92,50 @@ def test_a_cached_chunk_allocates_a_small_part_of_the_caches_it_reads(flow):
     # before: the padded batched copies of the caches alone were about their size
     print(f"allocated beyond what stays: {peak - end} B, caches {held} B")
     assert peak - end < 0.25 * held, (peak - end, held)
+
+
+def test_last_chunks_ending_together_run_as_passes_of_bounded_frames(voice, monkeypatch):
+    """Each last chunk is a whole pass over its sentence (full attention): rows that end together
+    are split into passes of at most FULL_PASS_FRAMES frames in all (a row at least); a cached
+    group stays one call."""
+    from types import SimpleNamespace
+
+    from voxserve.families.cosyvoice2 import pipeline
+
+    st = SimpleNamespace(prompt=SimpleNamespace(n_speech_tokens=50))
+    jobs = [(st, None, 1500, 1600, True, True)] * 3 + [(st, None, 100, 200, False, True)] * 2  # 3,300 frames each
+    groups = {(True, False, False): [0, 1, 2], (False, True, True): [3, 4]}
+    monkeypatch.setattr(pipeline, "FULL_PASS_FRAMES", 8000)
+    assert voice.model._passes(groups, jobs) == [((True, False, False), [0, 1]), ((True, False, False), [2]),
+                                          ((False, True, True), [3, 4])]
+    monkeypatch.setattr(pipeline, "FULL_PASS_FRAMES", 1)
+    assert [r for _, r in voice.model._passes(groups, jobs)] == [[0], [1], [2], [3, 4]]
+
+
+def test_last_chunks_split_into_passes_give_the_same_audio(voice, monkeypatch):
+    import numpy as np
+
+    from voxserve import SynthesisOptions
+    from voxserve.families.cosyvoice2 import pipeline
+    from voxserve.families.cosyvoice2.runner import CosyStepRunner
+
+    model = voice.model
+    units = {k: list(voice.units(f"Hello there, sentence number {k}.", SynthesisOptions(seed=k)))[0] for k in range(3)}
+
+    def run():
+        runner, out = CosyStepRunner(model), {k: [] for k in units}
+        for k, u in units.items():
+            runner.join(k, u)
+        while runner.active:
+            for r in runner.step():
+                assert r.error is None, r.error
+                out[r.key].append(np.asarray(r.audio))
+        return out
+
+    together = run()
+    monkeypatch.setattr(pipeline, "FULL_PASS_FRAMES", 1)
+    split = run()
+    for k in units:
+        assert [len(c) for c in split[k]] == [len(c) for c in together[k]]
+        for x, y in zip(split[k], together[k]):
+            fx.assert_same_audio(x, y)

@@ -41,6 +41,7 @@ from .schedule import ChunkSchedule
 from .voice import CosyItem, CosyPrompt
 
 MEL_CACHE = 8  # mel frames of context HiFT gets from the previous chunk
+FULL_PASS_FRAMES = 8000  # mel frames one uncached flow pass takes in all (rows split past it: its memory is linear in them)
 PREFIX_SPEAKERS = 8  # speakers whose prompt chunks stay cached: a long prompt's are large (docs/cosyvoice2.md)
 SPECIALS = ['<|im_start|>', '<|im_end|>', '<|endofprompt|>', '[breath]', '<strong>', '</strong>', '[noise]',
             '[laughter]', '[cough]', '[clucking]', '[accent]', '[quick_breath]', "<laughter>", "</laughter>",
@@ -229,7 +230,7 @@ class CosyModel:
             if cached and st.flow.frames == 0:
                 st.flow = self._prompt_prefix(st.prompt)
             groups.setdefault((final, masked, cached), []).append(k)
-        for (final, masked, cached), idx in groups.items():
+        for (final, masked, cached), idx in self._passes(groups, jobs):
             rows = []
             for k in idx:
                 st, toks, off, end, _, _ = jobs[k]
@@ -257,6 +258,28 @@ class CosyModel:
                 start = pframes[j] + off * self.config.token_mel_ratio
                 mels[k] = mel[j, :, start:frames[j]].float()
         return self._vocode(jobs, mels)
+
+    def _passes(self, groups: dict[tuple, list[int]], jobs) -> list[tuple[tuple, list[int]]]:
+        """The flow calls of a batch: a cached group in one; an uncached one (last chunks, and
+        streams past the cache budget: each a whole pass over its sentence) in runs of at most
+        FULL_PASS_FRAMES frames (at least one row each), so that rows ending together do not
+        make one pass of all their frames."""
+        out = []
+        for key, idx in groups.items():
+            if key[2]:
+                out.append((key, idx))
+                continue
+            run, frames = [], 0
+            for k in idx:
+                st, toks, _, end, final, _ = jobs[k]
+                n = (st.prompt.n_speech_tokens + end + (0 if final else self.flow.dims.lookahead)) * self.config.token_mel_ratio
+                if run and frames + n > FULL_PASS_FRAMES:
+                    out.append((key, run))
+                    run, frames = [], 0
+                run.append(k)
+                frames += n
+            out.append((key, run))
+        return out
 
     def _vocode(self, jobs, mels) -> list[np.ndarray]:
         inputs = []
