@@ -37,9 +37,10 @@ def streamed_wav(n_samples: int) -> list[bytes]:
 
 
 @contextmanager
-def fake_server(status: int = 200, reply: dict | None = None):
+def fake_server(status: int = 200, reply: dict | None = None, cut: bool = False):
     """POST /v1/synthesize on 127.0.0.1: records each request's body and headers; answers
-    `status` with `reply` as JSON, or (200) a chunked streamed WAV of 4000 samples."""
+    `status` with `reply` as JSON, or (200) a chunked streamed WAV of 4000 samples (`cut`: the
+    connection closed after its first piece)."""
     seen: list[tuple[dict, dict]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -60,8 +61,12 @@ def fake_server(status: int = 200, reply: dict | None = None):
             self.send_header("Content-Type", "audio/wav")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for part in streamed_wav(4000):
+            for part in streamed_wav(4000)[:1 if cut else None]:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            if cut:
+                self.wfile.flush()
+                self.close_connection = True
+                return
             self.wfile.write(b"0\r\n\r\n")
 
         def log_message(self, *a):
@@ -146,6 +151,16 @@ def test_say_server_errors_are_the_servers_message(tmp_path, status, code):
         r = run("say", "hi", "--server", url, "-o", str(out))
     assert r.returncode == code
     assert f"the server says no ({status})" in r.stderr.decode()
+    assert out.read_bytes() == b"old"
+
+
+def test_say_server_cut_off_mid_stream_exits_1_and_leaves_the_output_alone(tmp_path):
+    out = tmp_path / "keep.wav"
+    out.write_bytes(b"old")
+    with fake_server(cut=True) as (url, _):
+        r = run("say", "hi", "--server", url, "-o", str(out))
+    assert r.returncode == 1 and "stopped sending" in r.stderr.decode()
+    assert b"Traceback" not in r.stderr
     assert out.read_bytes() == b"old"
 
 

@@ -8,9 +8,9 @@ imports neither PyTorch nor numpy nor the web stack (tests/test_cli_remote.py ch
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
-import socket
 import struct
 import urllib.error
 import urllib.parse
@@ -93,16 +93,19 @@ def say_remote(url: str, body: dict, open_out) -> int:
     resp = _open(url, body)
     n, head = 0, b""
     with resp, open_out() as out:
-        try:
-            while chunk := resp.read1(1 << 16):
-                out.write(chunk)
-                n += len(chunk)
-                if len(head) < 44:
-                    head += chunk[:44 - len(head)]
-                if not _seekable(out):
-                    out.flush()  # a pipe's reader hears each sentence as it comes
-        except (OSError, socket.timeout) as e:  # the output file is left as it was (outfile)
-            raise ServerUnavailable(f"the server at {url} stopped sending ({e})") from None
+        while True:
+            try:
+                chunk = resp.read1(1 << 16)
+            except (OSError, http.client.HTTPException) as e:  # the output file is left as it was (outfile)
+                raise ServerUnavailable(f"the server at {url} stopped sending ({e!r})") from None
+            if not chunk:
+                break
+            out.write(chunk)
+            n += len(chunk)
+            if len(head) < 44:
+                head += chunk[:44 - len(head)]
+            if not _seekable(out):
+                out.flush()  # a pipe's reader hears each sentence as it comes
         if body["response_format"] == "wav" and _seekable(out):
             _patch_wav_sizes(out, head, n)
     return n
