@@ -131,8 +131,9 @@ def test_huge_text_streams_in_bounded_batches(joe_voice, monkeypatch):
 
 
 def test_stream_yields_a_long_first_sentence_head_first(joe_voice, corpus):
-    """Voice.stream: the corpus's longest first sentence comes as a head (partial) and its rest;
-    together they equal the sentence synthesised whole."""
+    """Voice.stream: the corpus's longest first sentence comes as a head (partial) and its rest
+    (in pieces as the engine's decoder makes them, as the server streams it); together they
+    equal the sentence synthesised whole."""
     text = next(d["text"] for d in corpus if d["category"] == "long")
     opts = SynthesisOptions(seed=3)
     chunks = []
@@ -140,7 +141,8 @@ def test_stream_yields_a_long_first_sentence_head_first(joe_voice, corpus):
         chunks.append(c)
         if not c.partial:
             break
-    assert [c.partial for c in chunks] == [True, False] and chunks[1].text == ""
+    assert len(chunks) >= 2 and all(c.partial for c in chunks[:-1]) and not chunks[-1].partial
+    assert all(c.text == "" for c in chunks[1:])  # the sentence's text rides on its head
     whole = joe_voice.run_units([next(joe_voice.units(text, opts))])[0]
     got = np.concatenate([c.samples for c in chunks])
     assert len(got) == len(whole) and np.abs(got - whole).max() <= BATCH_ATOL

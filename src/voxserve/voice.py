@@ -58,8 +58,8 @@ class Voice(VoiceContract):
 
     def stream(self, text: str, options: SynthesisOptions | None = None) -> Iterator[AudioChunk]:
         """One AudioChunk per sentence, in order, as the engine's scheduler runs them for a
-        stream: the first sentence first, alone (a long one in two chunks: a head,
-        `partial=True`, then the rest; see `run_pieces`), later ones batched. Options are
+        stream: the first sentence first, alone (a long one as a head, `partial=True`, then
+        the rest, in pieces as the decoder makes them; see `run_pieces`), later ones batched. Options are
         checked now; the engine works while the caller waits for the next chunk, and its
         front end only a few sentences ahead, so memory stays bounded whatever the length of
         the text. A consumer that stops iterating (or closes the iterator) cancels the rest.
