@@ -19,15 +19,16 @@ from voxserve.families.piper.options import Transforms
 from voxserve.audio import Word, float_to_int16
 from voxserve.captions import cues, format_captions
 from voxserve.engine import AsyncEngine, Engine, EngineConfig, SchedulerConfig
+from voxserve.families.piper import PiperOptions
 from voxserve.families.piper.words import text_words, word_spans
 
-DET = voxserve.DETERMINISTIC
+DET = PiperOptions.deterministic()  # the joe voice's: noise off
 TEXT = "Hello, world! How are you today? I'm fine; thanks (mostly) for asking."
 WORDS = ["Hello", "world", "How", "are", "you", "today", "I'm", "fine", "thanks", "mostly", "for", "asking"]
 EPS = 1e-6
 
 
-def opts(**kw) -> voxserve.SynthesisOptions:
+def opts(**kw) -> PiperOptions:
     return dataclasses.replace(DET, **kw)
 
 

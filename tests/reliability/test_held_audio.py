@@ -75,7 +75,7 @@ def test_the_prediction_counts_ssml_breaks_and_sentence_silence(voice):
     assert voice.predicted_audio_s(plain, SynthesisOptions(sentence_silence=10.0)) == pytest.approx(base + 30.0)
     # its silence is a low estimate: never more than the audio made (the tiny random voice's
     # speech is far faster than any real voice's, so its speech part is left out here)
-    for text, opts in ((plain, SynthesisOptions(sentence_silence=2.0)),
+    for text, opts in ((plain, PiperOptions(sentence_silence=2.0)),
                        ("<speak>Hi there." + '<break time="3s"/>' * 4 + "Bye now.</speak>",
                         PiperOptions(input_format="ssml"))):
         made = len(voice.synthesize(text, opts).samples) / voice.sample_rate

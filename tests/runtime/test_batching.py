@@ -7,6 +7,7 @@ import pytest
 from audio_compare import BATCH_ATOL
 
 import voxserve
+from voxserve.families.piper import PiperOptions
 from voxserve.families.piper.options import PiperRuntimeOptions
 from voxserve.families.piper.runner import decoder_gap_frames, decoder_receptive_field_frames
 
@@ -58,7 +59,7 @@ def test_multispeaker_seeded_batch_equals_alone(tiny_voice_path):
     voice = voxserve.load_voice(str(tiny_voice_path), device="cpu")
     rng = np.random.default_rng(1)
     ids = [[1, 0] + [int(x) for x in rng.integers(3, 40, n)] + [2] for n in (5, 30, 12, 50, 3)]
-    opts = [voxserve.SynthesisOptions(speaker=k % 3, seed=100 + k) for k in range(len(ids))]
+    opts = [PiperOptions(speaker=k % 3, seed=100 + k) for k in range(len(ids))]
     alone = [voice.runner.run([voice._item(x, o, 0)])[0] for x, o in zip(ids, opts)]
     for layout in ("packed", "padded"):
         voice.runner.layout = layout
@@ -67,7 +68,7 @@ def test_multispeaker_seeded_batch_equals_alone(tiny_voice_path):
             assert len(a) == len(b)
             assert np.abs(a - b).max() <= BATCH_ATOL
     # and the seed matters
-    other = voice.runner.run([voice._item(ids[3], voxserve.SynthesisOptions(speaker=0, seed=7), 0)])[0]
+    other = voice.runner.run([voice._item(ids[3], PiperOptions(speaker=0, seed=7), 0)])[0]
     assert len(other) != len(alone[3]) or np.abs(other - alone[3]).max() > 1e-3
 
 

@@ -21,7 +21,7 @@ from voxserve.families.piper.options import PiperRuntimeOptions, Transforms
 from voxserve.models.vits_precision import PrecisionPolicy, apply_precision, compare_audio, snr_db
 from voxserve.runtime.offload import DeviceBudget, WeightOffloader, module_bytes
 
-DET = voxserve.DETERMINISTIC
+DET = PiperOptions.deterministic()  # noise off (also given to VitsVoice._item directly)
 
 
 def _ids(rng, n):
