@@ -101,7 +101,9 @@ def child_sbv2(cfg: dict) -> None:
     from voxserve.options import SynthesisOptions
 
     voice = voxserve.load_voice(f"sbv2:{cfg['model']}", device="cpu", bert_dir=cfg["bert"])
-    opts = SynthesisOptions(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)  # the same work every round
+    # the same work every round; a tree with options per family (after issue 44) takes SBV2's own class
+    cls = getattr(voice, "synthesis_options", SynthesisOptions)
+    opts = cls(noise_scale=0.0, noise_w=0.0, sdp_ratio=0.0)
     each = cfg["sentences"]
     texts = [t for t in cfg["texts"] if sum(1 for _ in voice.units(t, opts)) == 1][:4 * each]
     if len(texts) < 4 * each:
