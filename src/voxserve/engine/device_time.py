@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 PRIOR_S_PER_COST = 0.001
-"""Device seconds per unit of cost (a phoneme id) before a device has timed any work: about
-what a CPU VITS voice takes on a quiet 2-core CPU with its lanes busy (docs/benchmarks.md). It
-only orders and classes work until the first batch is timed; admission waits for a measured
-figure."""
+"""Device seconds per unit of cost (a phoneme id) before a device has timed any work: a small
+CPU's VITS speed (docs/benchmarks.md). It only orders and classes work until the first batch
+is timed; admission waits for a timed figure."""
 
 
 class Throughput:

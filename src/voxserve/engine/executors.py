@@ -42,8 +42,8 @@ from .worker import DeviceWorker, Plan
 
 URGENT_MAX_S = 0.15
 """A request is urgent while what its client waits for is predicted to take at most this much
-device time (the scheduler's "Urgent work"): about 160 phoneme ids (~2 s of audio, the bound
-measured in docs/serving.md) at ~1 ms an id, a quiet 2-core CPU's speed with its lanes busy."""
+device time (the scheduler's "Urgent work"): a sentence of about two seconds of audio on a
+small CPU; the figures behind it are in docs/benchmarks.md ("The scheduler in one unit")."""
 
 log = logging.getLogger(__name__)
 
