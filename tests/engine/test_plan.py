@@ -74,3 +74,31 @@ def test_a_cancelled_sequence_leaves_its_runner_in_the_next_plan():
     with w.cond:
         assert w.schedule(time.monotonic(), pick) is None
     eng.shutdown(1)
+
+
+def test_only_work_that_had_the_device_to_itself_times_the_works_own_speed():
+    """Classes and order read the work's own speed (`DeviceTime.seconds`), admission the pace
+    under load: batches that overlapped time only the second, so a loaded device does not make
+    every short sentence look long (the urgent class shrank under 8 clients when both were one)."""
+    from dataclasses import replace
+
+    v = FakeVoice("v", delay_s=0.02, concurrent_runs=True)
+    eng = Engine([v], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))).start(threads=False)
+    w = eng._workers["cpu"]
+    one = (replace(NOW, items=1),)
+    for text in ("one. two.", "three. four."):
+        eng.submit("v", text, None, RecordingSink())
+    wait_queued(w, 4)
+    with w.cond:  # two batches at once (two lanes)
+        a, b = w.schedule(time.monotonic(), one), w.schedule(time.monotonic(), one)
+    assert a.batch and b.batch and a.batch.items[0].request_id != b.batch.items[0].request_id
+    ra, rb = w.execute(a), w.execute(b)
+    w.update(a, ra)
+    w.update(b, rb)
+    assert w.time.speed["v"].seconds_per_cost is not None and "v" not in w.time.alone
+    with w.cond:  # one batch, nothing beside it
+        c = w.schedule(time.monotonic(), one)
+    w.update(c, w.execute(c))
+    assert w.time.alone["v"].seconds_per_cost is not None
+    eng.shutdown(1)
+

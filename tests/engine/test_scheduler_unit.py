@@ -727,3 +727,22 @@ def test_admission_counts_in_the_schedulers_device_seconds():
     assert seconds_left == pytest.approx(2.0) and own == pytest.approx(0.5)
     assert a.wait_s == pytest.approx(0.5 * 40 * 0.005 + min(2.0, 0.5)) and a.admit
     assert adm.wait_s({"v": 400}) == pytest.approx(2.0)
+
+
+def test_work_is_classed_by_its_own_speed_and_waits_by_the_pace_under_load():
+    """Under load the device's pace per unit grows (lanes share the cores); a 100-unit sentence
+    is still 0.1 s of work, urgent, while admission's waits use the pace."""
+    from voxserve.engine.device_time import DeviceTime
+
+    t = DeviceTime()
+    t.observe("v", 100, 0.1, alone=True)  # 1 ms per unit with the device to itself
+    for _ in range(50):
+        t.observe("v", 100, 0.3)  # 3 ms per unit while other batches ran beside it
+    assert t.seconds("v", 100) == pytest.approx(0.1) and t.under_load_s("v", 100) == pytest.approx(0.3, rel=0.05)
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), t)
+    add(s, "a", 1, cost=100)
+    s.input_done("a")
+    assert s.next_deadline(0.0, Pick.short(0.15, 1)) == 0.0
+    t2 = DeviceTime()
+    t2.observe("new", 100, 0.3)  # never alone yet: its pace under load stands in
+    assert t2.seconds("new", 100) == pytest.approx(0.3)

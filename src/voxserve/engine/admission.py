@@ -136,7 +136,7 @@ class DeviceAdmission:
         """Seconds the device needs for `work` (cost per voice); None before any timing."""
         if not self.time.timed:
             return None
-        return sum(self.time.seconds(v, c) for v, c in work.items())
+        return sum(self.time.under_load_s(v, c) for v, c in work.items())
 
     def decide(self, voice: str, cost: float, now: float, accepted: Mapping[Hashable, Accepted],
                running: Mapping[str, float]) -> tuple[TimeAdmission, float] | None:
@@ -146,8 +146,8 @@ class DeviceAdmission:
         if not self.time.timed:
             return None
         acc = {rid: (a.seconds_left, a.deadline) for rid, a in accepted.items()}
-        in_flight = sum(0.5 * self.time.seconds(v, c) for v, c in running.items())
-        own = self.time.seconds(voice, cost)
+        in_flight = sum(0.5 * self.time.under_load_s(v, c) for v, c in running.items())
+        own = self.time.under_load_s(voice, cost)
         return time_admission(now, self.bound_s, own, acc, in_flight, self.lanes), self.lanes * own
 
     # ------------------------------------------------------------ refusals

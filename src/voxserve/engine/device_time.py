@@ -47,7 +47,12 @@ class Throughput:
 
 class DeviceTime:
     """Predicted device seconds of a voice's work on one device: its cost (the voice's unit:
-    phoneme ids for VITS) times the voice's observed seconds per unit. A voice not timed yet
+    phoneme ids for VITS) times the voice's observed seconds per unit. Two figures per voice:
+    the work's own time (`seconds`: from batches that had the device to themselves), which
+    orders and classes work, and the device's pace under its current load (`under_load_s`: busy
+    time over the work done, overlapping batches counted once), which predicts waits. Under load
+    the second grows (lanes share the cores, other processes take some), and a sentence classed
+    by it would stop being short exactly when short work matters most. A voice not timed yet
     counts as the slowest timed one (a device's voices share it); before any timing,
     `prior_s_per_cost`."""
 
@@ -55,11 +60,15 @@ class DeviceTime:
         if prior_s_per_cost <= 0:
             raise ValueError("prior_s_per_cost must be > 0")
         self.prior_s_per_cost = prior_s_per_cost
-        self.speed: dict[Hashable, Throughput] = {}
+        self.speed: dict[Hashable, Throughput] = {}  # under load: every batch
+        self.alone: dict[Hashable, Throughput] = {}  # batches that ran with nothing beside them
 
-    def observe(self, voice: Hashable, cost: float, seconds: float) -> None:
-        """Work of `voice` of `cost` done in `seconds` of device time."""
+    def observe(self, voice: Hashable, cost: float, seconds: float, alone: bool = False) -> None:
+        """Work of `voice` of `cost` done in `seconds` of device time; `alone`: nothing else ran
+        on the device meanwhile (the seconds are the work's own)."""
         self.speed.setdefault(voice, Throughput()).add(cost, seconds)
+        if alone:
+            self.alone.setdefault(voice, Throughput()).add(cost, seconds)
 
     @property
     def timed(self) -> bool:
@@ -67,18 +76,31 @@ class DeviceTime:
         return any(t.seconds_per_cost is not None for t in self.speed.values())
 
     def per_cost(self, voice: Hashable) -> float:
-        """Seconds one unit of the voice's cost takes on this device."""
+        """Seconds one unit of the voice's cost takes on this device under its current load."""
         t = self.speed.get(voice)
         if t is not None and t.seconds_per_cost is not None:
             return t.seconds_per_cost
         known = [t.seconds_per_cost for t in self.speed.values() if t.seconds_per_cost is not None]
         return max(known) if known else self.prior_s_per_cost
 
+    def own_per_cost(self, voice: Hashable) -> float:
+        """Seconds one unit of the voice's cost takes with the device to itself (the figure
+        under load until such a batch was timed)."""
+        t = self.alone.get(voice)
+        if t is not None and t.seconds_per_cost is not None:
+            return t.seconds_per_cost
+        return self.per_cost(voice)
+
     def seconds(self, voice: Hashable, cost: float) -> float:
-        """Predicted device seconds of `cost` of the voice's work."""
+        """Predicted device seconds of `cost` of the voice's work: its own time, not its wait."""
+        return max(0.0, cost) * self.own_per_cost(voice)
+
+    def under_load_s(self, voice: Hashable, cost: float) -> float:
+        """Seconds the device, at its pace under its current load, takes to get through `cost`
+        of the voice's work (what admission predicts waits with)."""
         return max(0.0, cost) * self.per_cost(voice)
 
     def cost_per_s(self, voice: Hashable) -> float | None:
-        """The voice's measured speed (None before it was timed)."""
+        """The voice's measured speed under load (None before it was timed)."""
         t = self.speed.get(voice)
         return t.cost_per_s if t is not None else None

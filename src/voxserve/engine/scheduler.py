@@ -9,9 +9,9 @@ Accounting unit
 ---------------
 Everything that compares work across requests or voices, or against time, is in predicted
 device seconds (`DeviceTime`, engine/device_time.py: a sentence's cost times its voice's
-observed seconds per unit on this device): the order of service, the classes of `Pick.waits_s`,
-fairness between voices, starvation and max_wait bounds, and admission (engine/admission.py
-reads the same model). Only a batch's shape is bounded in the runner's unit (phoneme ids:
+seconds per unit on this device, timed on batches that had the device to themselves): the order
+of service, the classes of `Pick.waits_s`, fairness between voices, starvation and max_wait
+bounds; admission (engine/admission.py) reads the same model's pace under load for waits. Only a batch's shape is bounded in the runner's unit (phoneme ids:
 `max_batch_phonemes`, `max_length_ratio`: padding and cut sizes).
 
 Model of the queue

@@ -127,6 +127,7 @@ class DeviceWorker:
         self.running_batch = 0  # items in the work in flight
         self._busy_from = 0.0  # when the device last went from idle to busy (monotonic)
         self._last_done = 0.0  # when its last work ended
+        self._alone = False  # the work in flight started on an idle device and nothing joined it
         # step voices: their runners and the sequences in them (key -> _Sequence)
         self.steppers: dict[str, StepRunner] = {}
         for v in self.voices:
@@ -454,7 +455,8 @@ class DeviceWorker:
 
     # ================================================================ accounting (lock held)
     def _started(self, batch: Batch) -> None:
-        if self.running_batch == 0:
+        self._alone = self.running_batch == 0
+        if self._alone:
             self._busy_from = time.monotonic()
         self.running_batch += len(batch)
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) + batch.cost
@@ -462,12 +464,14 @@ class DeviceWorker:
     def _ended(self, batch: Batch, done_cost: int | None) -> None:
         """A batch is over; done_cost: the work it did (None: it failed, no measurement). Its
         device seconds are the busy time since the previous batch ended (or the device went
-        busy), so with several lanes overlapping batches are not counted twice."""
+        busy), so with several lanes overlapping batches are not counted twice; a batch that
+        had the device to itself also times the work's own speed (`DeviceTime.seconds`)."""
         self.running_batch -= len(batch)
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) - batch.cost
         t = time.monotonic()
         if done_cost:
-            self.time.observe(batch.voice, done_cost, t - max(self._last_done, self._busy_from))
+            alone = self._alone and self.running_batch == 0
+            self.time.observe(batch.voice, done_cost, t - max(self._last_done, self._busy_from), alone)
         self._last_done = t
 
     def work_ahead(self) -> dict[str, float]:
@@ -496,7 +500,7 @@ class DeviceWorker:
                 left = self.scheduler.pending_cost(r.id)
                 if r.total is None:
                     left += max(0.0, r.est_cost - r.produced_cost)
-                out[r.id] = Accepted(self.time.seconds(r.voice, left), r.live_deadline(now))
+                out[r.id] = Accepted(self.time.under_load_s(r.voice, left), r.live_deadline(now))
         return out
 
     # ================================================================ by hand
