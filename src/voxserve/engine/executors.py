@@ -40,10 +40,11 @@ from ..runtime.cpu import fitted_team, lower_thread_priority, release_openmp_thr
 from .scheduler import ANY, Batch, Pick
 from .worker import DeviceWorker, Plan
 
-URGENT_MAX_S = 0.15
+URGENT_MAX_S = 0.3
 """A request is urgent while what its client waits for is predicted to take at most this much
-device time (the scheduler's "Urgent work"): a sentence of about two seconds of audio on a
-small CPU; the figures behind it are in docs/benchmarks.md ("The scheduler in one unit")."""
+device time (the scheduler's "Urgent work"): a sentence of about four seconds of audio on a
+small CPU, a batch's own overheads included; the figures behind it are in docs/benchmarks.md
+("The urgent class in device time")."""
 
 log = logging.getLogger(__name__)
 
