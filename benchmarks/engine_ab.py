@@ -9,10 +9,14 @@ runs the same code as the one after it.
   sbv2  SBV2 (bench_sbv2.py's models and Japanese sentences): 4 requests of --sentences (4) through one
         Engine submitted together (the shared BERT batched across them) and one after another;
         seconds of each and the ratio (above 1: together is faster).
+  bark  Bark's late arrival (bark_step_late_arrival.py's random bark-small, every sentence run to
+        --semantic-tokens): 8 one-sentence requests through one Engine, a ninth submitted
+        --late-after seconds later; the ninth's first audio from its arrival, and the eight's end.
 
     PY=.venv/bin/python
     PYTHONPATH=src $PY benchmarks/engine_ab.py BEFORE_SRC AFTER_SRC cv2 --size small --concurrency 1,4 --rounds 3
     PYTHONPATH=src $PY benchmarks/engine_ab.py BEFORE_SRC AFTER_SRC sbv2 --size tiny --rounds 3
+    PYTHONPATH=src $PY benchmarks/engine_ab.py BEFORE_SRC AFTER_SRC bark --rounds 2
 
 The models are built by this checkout's suites (into the user cache) before the children start.
 Prints each round and the medians of the timed rounds (round 0 is a warm-up).
@@ -127,6 +131,38 @@ def child_sbv2(cfg: dict) -> None:
     _serve(run, engine)
 
 
+def child_bark(cfg: dict) -> None:
+    import torch
+    from bark_random import random_bark_model  # benchmarks/, on the path the parent gives
+
+    from voxserve import SynthesisOptions
+    from voxserve.engine import Engine, EngineConfig
+    from voxserve.families.bark.voice import bark_voice_from_model
+
+    torch.set_num_threads(2)
+    model, processor = random_bark_model("small", max_semantic_tokens=cfg["semantic_tokens"])
+    gc = model.generation_config  # a short fine window (as bark_step_late_arrival.py: minutes, not hours)
+    gc.fine_acoustics_config = {**gc.fine_acoustics_config, "max_fine_input_length": 128, "max_fine_history_length": 64}
+    voice = bark_voice_from_model(model, processor, "random-bark-small", device="cpu")
+    engine = Engine({"bark": voice}, EngineConfig(max_queue_wait_s=3600)).start()
+    sink = _sink_type()
+    texts = ["hello my name is suno.", "i like pizza.", "the cat is on the mat.", "this one two three.",
+             "a dog on a mat.", "i like reading.", "hello the cat.", "but also pizza."]
+
+    def run(_n: int, r: int) -> dict:
+        t0 = time.perf_counter()
+        eight = [sink(t0) for _ in texts]
+        for k, (t, s) in enumerate(zip(texts, eight)):
+            engine.submit("bark", t, SynthesisOptions(seed=100 * r + k), s, streaming=True)
+        time.sleep(cfg["late_after"])
+        late = sink(time.perf_counter())
+        engine.submit("bark", "hello i like the dog.", SynthesisOptions(seed=100 * r + 99), late, streaming=True)
+        _wait(eight + [late])
+        return {"late_first_s": late.first, "eight_end_s": max(s.end for s in eight)}
+
+    _serve(run, engine)
+
+
 def _serve(run, engine) -> None:
     """One JSON command a line on stdin ({"n", "round"}), one JSON answer a line."""
     print(json.dumps({"ready": True}), flush=True)
@@ -176,17 +212,20 @@ def _ints(s: str) -> list[int]:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        {"cv2": child_cv2, "sbv2": child_sbv2}[sys.argv[2]](json.loads(sys.argv[3]))
+        sys.path.insert(0, str(HERE))
+        {"cv2": child_cv2, "sbv2": child_sbv2, "bark": child_bark}[sys.argv[2]](json.loads(sys.argv[3]))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", type=Path, help="the first checkout's src folder")
     ap.add_argument("after", type=Path, help="the second checkout's src folder")
-    ap.add_argument("what", choices=("cv2", "sbv2"))
+    ap.add_argument("what", choices=("cv2", "sbv2", "bark"))
     ap.add_argument("--size", default="tiny", help="the suite's model size (cv2: tiny, small, real; sbv2: tiny, real)")
     ap.add_argument("--concurrency", type=_ints, default=[1, 4], help="cv2: requests at once, per row")
     ap.add_argument("--rounds", type=int, default=3, help="rounds after the warm-up round")
     ap.add_argument("--threads", type=int, default=None, help="cv2: the voice's intra-op threads")
     ap.add_argument("--sentences", type=int, default=4, help="sbv2: sentences in each of the 4 requests")
+    ap.add_argument("--semantic-tokens", type=int, default=32, help="bark: semantic tokens a sentence")
+    ap.add_argument("--late-after", type=float, default=3.0, help="bark: seconds before the ninth request")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     if args.what == "cv2":
@@ -194,6 +233,9 @@ def main() -> None:
 
         cfg = {"folder": str(suite.model_folder(args.size)), "texts": suite.TEXTS, "threads": args.threads}
         work = list(args.concurrency)
+    elif args.what == "bark":
+        cfg = {"semantic_tokens": args.semantic_tokens, "late_after": args.late_after}
+        work = [1]
     else:
         import bench_sbv2 as suite
 
@@ -216,7 +258,14 @@ def main() -> None:
             c.close()
     med = statistics.median
     print(f"medians of {args.rounds} timed rounds ({os.cpu_count()} CPUs):")
-    if args.what == "cv2":
+    if args.what == "bark":
+        for name in ("before", "after"):
+            rs = got[(name, 1)]
+            print(f"{name:6}: the late request's first audio {med(x['late_first_s'] for x in rs):.2f} s after its "
+                  f"arrival, the eight done at {med(x['eight_end_s'] for x in rs):.2f} s")
+        per = [a["late_first_s"] / b["late_first_s"] for b, a in zip(got[("before", 1)], got[("after", 1)])]
+        print(f"late first audio, after/before per round {[round(x, 2) for x in per]}")
+    elif args.what == "cv2":
         for n in work:
             row = {}
             for name in ("before", "after"):
