@@ -79,7 +79,7 @@ def one_run(policy: str, joe, bark, texts, ns) -> dict:
         def __init__(self):
             self.s = {joe.name: 0.0, bark.name: 0.0}
 
-        def on_batch(self, voice, size, cost, seconds, audio_seconds):
+        def on_batch(self, voice, size, cost, seconds, audio_seconds, finished):
             self.s[voice] += seconds
 
     dev = DeviceTime()

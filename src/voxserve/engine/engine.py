@@ -102,8 +102,9 @@ class _WarmupSink(Sink):
 class BatchObserver:
     """Told about the device work as it runs (the server's metrics)."""
 
-    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float) -> None:
-        """One one-shot batch of `voice` ran."""
+    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float, finished: int) -> None:
+        """One one-shot batch of `voice` ran: `size` units, `finished` of them the end of their
+        sentence (a sentence cut in pieces counts once, with its last piece)."""
 
     def on_step(self, voice: str, active: int, finished: int, seconds: float, audio_seconds: float) -> None:
         """One step of a step voice ran (its share of the step's seconds and audio)."""

@@ -326,9 +326,10 @@ class DeviceWorker:
         eng, dt, error, pieces = self.engine, outcome.seconds, outcome.error, outcome.outputs
         if error is None:
             audio_s = sum(len(a) for a, _ in pieces) / eng.voices[batch.voice].sample_rate
-            eng._count(sentences=sum(rest is None for _, rest in pieces), batches=1)
+            finished = sum(rest is None for _, rest in pieces)
+            eng._count(sentences=finished, batches=1)
             if eng.observer is not None:
-                eng.observer.on_batch(batch.voice, len(batch), batch.cost, dt, audio_s)
+                eng.observer.on_batch(batch.voice, len(batch), batch.cost, dt, audio_s, finished)
         self.scheduler.complete(batch, dt)  # the voice's device time: voices share the device fairly
         # the work done: a cut item's rest is queued again and counted when it runs
         done = None if error is not None else batch.cost - sum(rest.cost for _, rest in pieces if rest is not None)

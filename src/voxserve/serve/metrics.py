@@ -61,11 +61,11 @@ class Metrics(BatchObserver):
         self.engine = engine
 
     # BatchObserver (called from the worker threads; prometheus_client is thread safe)
-    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float) -> None:
+    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float, finished: int) -> None:
         self.batch_size.observe(size)
         self.batch_phonemes.observe(cost)
         self.batch_seconds.observe(seconds)
-        self.sentences.inc(size)
+        self.sentences.inc(finished)
         self.audio_seconds.inc(audio_seconds)
         if audio_seconds > 0:
             self.rtf.observe(seconds / audio_seconds)
