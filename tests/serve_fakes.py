@@ -48,6 +48,7 @@ class FakeVoice(Voice):
         self.gate: threading.Event | None = None  # if set, run_units waits for it
         self.cuts = 0  # units cut into a piece and a rest
         self.spans: list[tuple[float, float, list]] = []  # (start, end, payloads) per batch
+        self.spares: list[bool] = []  # per batch: whether the engine said nothing else ran or waited
 
     @property
     def speakers(self):
@@ -86,7 +87,7 @@ class FakeVoice(Voice):
     def run_units(self, units):
         return [a for a, _ in self.run_pieces(units)]
 
-    def run_pieces(self, units, early=(), max_cost=None):
+    def run_pieces(self, units, early=(), max_cost=None, spare=False):
         """Like a VITS voice: an early unit of HEAD_MIN_SAMPLES or more is cut after its first
         third, and with max_cost a unit costing over 1.25 x max_cost is cut after 10 * max_cost
         samples; the rest comes back
@@ -118,6 +119,7 @@ class FakeVoice(Voice):
                 self.run_texts.extend(u.payload for u in units)
                 self.batches.append(len(units))
                 self.spans.append((t0, time.monotonic(), [u.payload for u in units]))
+                self.spares.append(spare)
             return out
         finally:
             with self.lock:

@@ -69,15 +69,23 @@ def test_multi_sentence_silence_is_counted_in_whole_audio_times(joe_voice):
     a = joe_voice.synthesize(TEXT, opts(sentence_silence=silence))
     check_words(a, WORDS)
     chunks = list(joe_voice.stream(TEXT, opts(sentence_silence=silence)))
-    assert len(chunks) == 4 and not any(c.partial for c in chunks)  # "!", "?" and ";" end sentences
+    # "!", "?" and ";" end sentences; a lone stream's first may come as a head (partial, with
+    # the sentence's words) and its rest
+    assert [c.index for c in chunks if not c.partial] == [0, 1, 2, 3]
+    sentences: dict[int, tuple[list, list]] = {}
+    for c in chunks:
+        samples, words = sentences.setdefault(c.index, ([], []))
+        samples.append(c.samples)
+        words.extend(c.words)
     start = 0
-    for c in chunks:  # each sentence's words lie inside that sentence's samples (its silence at its end)
-        lo, hi = start / a.sample_rate, (start + len(c.samples)) / a.sample_rate
+    for samples, words in sentences.values():  # each sentence's words lie inside its samples (its silence at its end)
+        n = sum(len(s) for s in samples)
+        lo, hi = start / a.sample_rate, (start + n) / a.sample_rate
         mine = [w for w in a.words if lo - EPS <= w.start and w.end <= hi + EPS]
-        assert [w.word for w in mine] == [w.word for w in c.words]
-        # the chunk's words are relative to the chunk
-        assert times(mine) == pytest.approx([t + lo for t in times(c.words)])
-        start += len(c.samples)
+        assert [w.word for w in mine] == [w.word for w in words]
+        # the words are relative to the sentence's first chunk
+        assert times(mine) == pytest.approx([t + lo for t in times(words)])
+        start += n
     assert start == len(a.samples)
     # silence between sentences holds no word
     for w0, w1 in zip(a.words, a.words[1:]):
@@ -273,7 +281,8 @@ def test_captioned_speech_whole_and_streamed_agree(http, det_voice):
     lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
     assert [ln["index"] for ln in lines] == [0, 1, 2, 3]
     parts = [np.frombuffer(base64.b64decode(ln["audio"]), dtype="<i2") for ln in lines]
-    np.testing.assert_array_equal(np.concatenate(parts), whole)
+    streamed = np.concatenate(parts)  # a lone stream's first sentence is cut for first audio:
+    assert len(streamed) == len(whole) and np.abs(streamed.astype(np.int32) - whole).max() <= 1  # joined within rounding
     pos = 0
     for ln, p in zip(lines, parts):
         assert ln["offset"] == pytest.approx(pos / 22050, abs=1e-6)

@@ -366,10 +366,12 @@ class VoiceContract(ABC):
         ignore it."""
 
     def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[tuple[np.ndarray, Unit | None]]:
+                   max_cost: int | None = None, spare: bool = False) -> list[tuple[np.ndarray, Unit | None]]:
         """Run one batch, cutting long units: (audio, rest) per unit, where rest is None or a
         Unit (same index) for the rest of that unit's audio, to run in a later batch. `early`
-        units (a stream's first sentence) may be cut after a short head (first audio sooner);
+        units (a stream's first sentence) may be cut after a short head (first audio sooner):
+        long ones always, short ones too when `spare` (the engine has nothing else to run, so
+        the cut's extra work delays no one);
         with max_cost, no piece costs much more than max_cost (a batch's time stays bounded).
         The pieces of a unit join exactly. Voices that cannot cut (Bark) run units whole.
         A voice with `word_timestamps` returns `Piece`s carrying the words."""

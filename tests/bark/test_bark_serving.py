@@ -98,9 +98,9 @@ class Recorder(Voice):
     def run_units(self, units, early=(), on_early=None):
         return self._voice.run_units(units, early, on_early)
 
-    def run_pieces(self, units, early=(), max_cost=None):  # a one-shot voice (VITS)
+    def run_pieces(self, units, early=(), max_cost=None, spare=False):  # a one-shot voice (VITS)
         self.batches.append([u.payload for u in units])
-        return self._voice.run_pieces(units, early, max_cost)
+        return self._voice.run_pieces(units, early, max_cost, spare)
 
 
 class _RecordingRunner:

@@ -25,8 +25,8 @@ class TimedVoice(FakeVoice):
         self.sleeping = 0
         self.max_sleeping = 0  # batches in their timed part at once (lanes that overlapped)
 
-    def run_pieces(self, units, early=(), max_cost=None):
-        out = super().run_pieces(units, early, max_cost)
+    def run_pieces(self, units, early=(), max_cost=None, spare=False):
+        out = super().run_pieces(units, early, max_cost, spare)
         with self.lock:
             self.sleeping += 1
             self.max_sleeping = max(self.max_sleeping, self.sleeping)

@@ -391,7 +391,7 @@ class GatedLongVoice(FakeVoice):
         self.held = 0  # batches waiting for release
         self.held_when_short_ran: list[int] = []
 
-    def run_pieces(self, units, early=(), max_cost=None):
+    def run_pieces(self, units, early=(), max_cost=None, spare=False):
         if any(u.cost >= self.long for u in units):
             with self.lock:
                 self.held += 1
@@ -400,7 +400,7 @@ class GatedLongVoice(FakeVoice):
                 self.held -= 1
         else:
             self.held_when_short_ran.append(self.held)
-        return super().run_pieces(units, early, max_cost)
+        return super().run_pieces(units, early, max_cost, spare)
 
 
 def test_urgent_lanes_run_a_short_request_while_long_work_holds_the_lanes():

@@ -102,3 +102,29 @@ def test_only_work_that_had_the_device_to_itself_times_the_works_own_speed():
     assert w.time.alone["v"].seconds_per_cost is not None
     eng.shutdown(1)
 
+
+def test_a_batch_is_spare_only_with_nothing_else_running_or_waiting():
+    """`Plan.spare` lets the runner cut a short first sentence for first audio: only when the
+    cut's extra work delays no one (its own request's later sentences do not count)."""
+    from dataclasses import replace
+
+    v = FakeVoice("v", concurrent_runs=True)
+    eng = Engine([v], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))).start(threads=False)
+    w = eng._workers["cpu"]
+    one = (replace(NOW, items=1),)
+    eng.submit("v", "alone here. and more. and more.", None, RecordingSink(), streaming=True)
+    wait_queued(w, 3)
+    with w.cond:
+        lone = w.schedule(time.monotonic(), one)
+    assert lone.spare and lone.batch.early == (0,)
+    w.update(lone, w.execute(lone))
+    eng.submit("v", "another one.", None, RecordingSink(), streaming=True)
+    wait_queued(w, 3)
+    with w.cond:  # two requests wait: the first batch is not spare, nor one beside a running one
+        a = w.schedule(time.monotonic(), one)
+        b = w.schedule(time.monotonic(), one)
+    assert a.batch and b.batch and not a.spare and not b.spare
+    for p in (a, b):
+        w.update(p, w.execute(p))
+    assert v.spares[:3] == [True, False, False]
+    eng.shutdown(1)

@@ -39,8 +39,8 @@ class SlowFrontEndVoice(FakeVoice):
 
         return gen()
 
-    def run_pieces(self, units, early=(), max_cost=None):
-        out = super().run_pieces(units, early, max_cost)
+    def run_pieces(self, units, early=(), max_cost=None, spare=False):
+        out = super().run_pieces(units, early, max_cost, spare)
         time.sleep(self.k * sum(u.cost for u in units))
         return out
 

@@ -192,10 +192,10 @@ def test_out_of_memory_splits_a_batch_with_early_items(tiny_split, monkeypatch):
     whole = runner.run(items)
     real = runner._submit
 
-    def fake(batch, early, max_cost):
+    def fake(batch, early, max_cost, spare=False):
         if len(batch) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(batch, early, max_cost)
+        return real(batch, early, max_cost, spare)
 
     monkeypatch.setattr(runner, "_submit", fake)
     heads, rest = _run_early(v, items, early=[2])
@@ -216,3 +216,21 @@ def test_default_voice_long_sentence_split_is_exact(joe_voice, corpus):
     got = np.concatenate([heads[0], rest])
     assert len(got) == len(whole)
     assert np.abs(got - whole).max() <= BATCH_ATOL
+
+
+def test_with_the_device_spare_a_short_early_sentence_is_cut_too_and_joins_exactly(tiny_voice_path):
+    """Below first_audio_split_frames an early sentence is cut only when the engine says the
+    device is spare (nothing else runs or waits): its head comes first, head + rest = whole."""
+    v = voxserve.load_voice(str(tiny_voice_path), device="cpu")
+    rng = np.random.default_rng(9)
+    items = [v._item(_ids(rng, 200), SEEDED.validate(), 0)]
+    whole = v.runner.run(items)[0]
+    frames = len(whole) // v.runner.dims.hop_length
+    assert frames < v.runner.transforms.first_audio_split_frames
+    assert v.runner.head_frames(frames) == 0 and v.runner.head_frames(frames, spare=True) > 0
+    assert v.runner.run_pieces(items, [0])[0][1] is None  # a busy device: not cut
+    head, rest = v.runner.run_pieces(items, [0], spare=True)[0]
+    assert rest is not None and len(head) == v.runner.head_frames(frames, spare=True) * v.runner.dims.hop_length
+    (tail, more), = v.runner.run_pieces([rest])
+    assert more is None
+    np.testing.assert_allclose(np.concatenate([head, tail]), whole, atol=BATCH_ATOL)

@@ -95,6 +95,9 @@ class Plan:
     """Runners to step once each, with their voices (voices of one model share its runner)."""
     batch: Batch | None = None
     """A one-shot batch (VITS, SBV2's synthesiser): run whole, long sentences cut in pieces."""
+    spare: bool = False
+    """Nothing else runs or waits beside the batch: a stream's first sentence may be cut for
+    first audio even when short (`run_pieces`), since the cut's extra work delays no one."""
 
 
 @dataclass
@@ -162,8 +165,9 @@ class DeviceWorker:
         if batch is not None and batch.voice in self.steppers:
             return self._step_plan(batch)
         if batch is not None:
+            spare = self.running_batch == 0 and not self.stage_queue and self.scheduler.waiting_requests() == 0
             self._started(batch)
-            return Plan(batch=batch)
+            return Plan(batch=batch, spare=spare)
         if self._stepping():
             return self._step_plan(None)
         return None
@@ -245,7 +249,7 @@ class DeviceWorker:
         if plan.stage is not None:
             return self._execute_stage(*plan.stage)
         if plan.batch is not None:
-            return self._execute_batch(plan.batch)
+            return self._execute_batch(plan.batch, plan.spare)
         out = Outcome()
         for runner, key in plan.leaves:
             runner.leave(key)
@@ -275,12 +279,12 @@ class DeviceWorker:
             return Outcome(time.perf_counter() - t0, e)
         return Outcome(time.perf_counter() - t0, outputs=outs)
 
-    def _execute_batch(self, batch: Batch) -> Outcome:
+    def _execute_batch(self, batch: Batch, spare: bool = False) -> Outcome:
         voice = self.engine.voices[batch.voice]
         t0 = time.perf_counter()
         try:  # long items come back cut, with a rest to queue again
             pieces = voice.run_pieces([it.payload for it in batch.items], early=batch.early,
-                                      max_cost=self.scheduler.config.max_batch_phonemes)
+                                      max_cost=self.scheduler.config.max_batch_phonemes, spare=spare)
         except Exception as e:  # a model failure fails the batch's requests, not the worker
             log.exception("batch of %d sentences failed", len(batch))
             return Outcome(time.perf_counter() - t0, e)

@@ -77,11 +77,12 @@ class Transforms:
     per-shape kernels are reused; None = on for CPU (see families/piper/buckets.py)."""
     graph_grid: GraphGrid | None = None
     """Bucket shapes to capture as CUDA graphs (default GraphGrid())."""
-    first_audio_frames: int = 64
+    first_audio_frames: int = 32
     """Streams' first audio: a sentence marked `early` (a streaming request's first) of at least
-    `first_audio_split_frames` latent frames is synthesised as a head of max(this, 1/16 of the
-    sentence) frames, delivered at once, then the rest; the two join exactly (each part is
-    computed with the flow's and decoder's receptive field of real context). 0 = off."""
+    `first_audio_split_frames` latent frames (any length on a spare device: `run_pieces`) is
+    synthesised as a head of max(this, 1/16 of the sentence) frames, delivered at once, then the
+    rest; the two join exactly (each part is computed with the flow's and decoder's receptive
+    field of real context). 0 = off."""
     first_audio_split_frames: int = 1024
     """Shortest sentence (latent frames; 1024 ~ 12 s at 22 kHz) cut for first audio: a cut
     costs extra work (the flow's and decoder's context on both sides), which a saturated

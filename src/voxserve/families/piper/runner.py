@@ -304,13 +304,15 @@ class VitsRunner(ResidentWeights):
         return out
 
     def run_pieces(self, items: Sequence[VitsItem | VitsContinuation], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[VitsPiece]:
+                   max_cost: int | None = None, spare: bool = False) -> list[VitsPiece]:
         """Synthesise a batch, cutting long items: (audio, rest) per item, where rest is None
         or a VitsContinuation to run later (in any later batch) for the rest of its audio; each
         a VitsPiece, whose `durations` time the item's phoneme ids.
 
         * an `early` item (a stream's first sentence) of at least first_audio_split_frames is
           cut after its head (`head_frames`), so its first audio comes in a fraction of the time;
+          with `spare` (the device has nothing else to do) a short one too, where the head
+          leaves a rest longer than the cut's context;
         * with max_cost, an item is cut after the frames that max_cost phoneme ids make, so no
           item holds the device longer than a full batch does (the serving engine passes its
           max_batch_phonemes: a short request then waits for at most one such piece).
@@ -322,7 +324,7 @@ class VitsRunner(ResidentWeights):
                   if self.device.type == "cpu" and self.concurrent_runs else None)
         if groups:  # a busy machine: each group alone on one thread (runtime/cpu.py)
             parts = run_groups([functools.partial(self.run_pieces, [items[i] for i in g],
-                                                  [g.index(k) for k in early if k in g], max_cost)
+                                                  [g.index(k) for k in early if k in g], max_cost, spare)
                                 for g in groups])
             merged: list = [None] * len(items)
             for g, part in zip(groups, parts):
@@ -330,7 +332,7 @@ class VitsRunner(ResidentWeights):
                     merged[i] = piece
             return merged
         try:  # (_submit checks the items)
-            pending, rests, over, durs = self._submit(items, early, max_cost)
+            pending, rests, over, durs = self._submit(items, early, max_cost, spare)
             out: list = [VitsPiece(a, r, d) for a, r, d in zip(pending.result(), rests, durs)]
             for k, frames in over.items():
                 out[k] = VitsPiece(FramesOverLimit(frames, items[k].max_frames), None)
@@ -343,8 +345,8 @@ class VitsRunner(ResidentWeights):
                 torch.cuda.empty_cache()
             half = len(items) // 2
             log.warning("out of memory on a batch of %d; retrying as %d + %d", len(items), half, len(items) - half)
-            return (self.run_pieces(items[:half], [k for k in early if k < half], max_cost)
-                    + self.run_pieces(items[half:], [k - half for k in early if k >= half], max_cost))
+            return (self.run_pieces(items[:half], [k for k in early if k < half], max_cost, spare)
+                    + self.run_pieces(items[half:], [k - half for k in early if k >= half], max_cost, spare))
 
     def submit(self, items: Sequence[VitsItem]) -> PendingAudio:
         """Run the device work of a batch and start the copy of its audio to host memory.
@@ -358,7 +360,7 @@ class VitsRunner(ResidentWeights):
         return pending
 
     @torch.inference_mode()
-    def _submit(self, items, early, max_cost) -> tuple[PendingAudio, list[VitsContinuation | None],
+    def _submit(self, items, early, max_cost, spare: bool = False) -> tuple[PendingAudio, list[VitsContinuation | None],
                                                        dict[int, int], list[np.ndarray | None]]:
         """-> the audio in flight, each item's rest, {position: predicted frames} of the items
         over their max_frames (their audio is a placeholder), and each item's durations (see
@@ -373,20 +375,25 @@ class VitsRunner(ResidentWeights):
                 audios, lengths, durs = self._run_padded(items, over)
                 rests: list[VitsContinuation | None] = [None] * len(items)
             else:
-                audios, lengths, rests, durs = self._run_packed(items, early, max_cost, over)
+                audios, lengths, rests, durs = self._run_packed(items, early, max_cost, over, spare)
             for k in over:
                 durs[k] = None
             return self._copy_out(audios, lengths), rests, over, durs
 
-    def head_frames(self, frames: int) -> int:
+    def head_frames(self, frames: int, spare: bool = False) -> int:
         """Frames of a sentence's head for first audio (0: not cut): at least
         first_audio_frames and 1/16 of the sentence, so that the rest (at a real-time factor
-        under ~1/16) is ready before the head has played."""
+        under ~1/16) is ready before the head has played. Only sentences of at least
+        first_audio_split_frames are cut, unless `spare`: the cut's extra context is then
+        work no one else waits for."""
         c = self.transforms
-        if not c.first_audio_frames or frames < max(c.first_audio_split_frames, 1):
+        if not c.first_audio_frames or frames < (1 if spare else max(c.first_audio_split_frames, 1)):
             return 0
         head = max(c.first_audio_frames, -(-frames // 16))
-        return head if head + 2 * self.context < frames else 0
+        # what the cut must leave after the head: a busy device's cut pays the flow's context on
+        # both sides; a spare one's only needs to save the decoder (most of the time) work
+        margin = self.decode_context if spare else self.context
+        return head if head + 2 * margin < frames else 0
 
     def piece_frames(self, frames: int, ids_per_frame: float, max_cost: int | None) -> int:
         """Frames of the first piece of an item when max_cost bounds a piece (0: not cut).
@@ -478,7 +485,7 @@ class VitsRunner(ResidentWeights):
         return groups
 
     def _run_packed(self, items: Sequence[VitsItem | VitsContinuation], early: Sequence[int] = (),
-                    max_cost: int | None = None, over: dict[int, int] | None = None):
+                    max_cost: int | None = None, over: dict[int, int] | None = None, spare: bool = False):
         """Encoder in length groups; flow + decoder on the pieces laid end to end (a gap of
         zeros between), in runs of at most max_decode_frames. -> audio per item (on the
         device), its length in samples, and the continuation of each item that was cut."""
@@ -534,7 +541,7 @@ class VitsRunner(ResidentWeights):
         rests: list[VitsContinuation | None] = [None] * B
         for i, (mk, lk, nk, gk, left, ipf) in enumerate(segs):
             L = mk.shape[1]
-            cut = self.head_frames(L - left) if i in early_set else 0
+            cut = self.head_frames(L - left, spare) if i in early_set else 0
             cut = cut or self.piece_frames(L - left, ipf, max_cost)
             if not cut:
                 pieces.append((i, 0, L, left, L))

@@ -192,12 +192,12 @@ class VitsVoice(Voice):
         return out
 
     def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[Piece]:
+                   max_cost: int | None = None, spare: bool = False) -> list[Piece]:
         """As Voice.run_pieces; a sentence over the sentence limit fails alone (`Piece.failed`:
         its AudioTooLongError; the batch's other sentences are not affected)."""
         if any(isinstance(u.payload, Paused) for u in units):
-            return _run_paused_pieces(self, units, early, max_cost)
-        out = self.runner.run_pieces([u.payload for u in units], early, max_cost)
+            return _run_paused_pieces(self, units, early, max_cost, spare)
+        out = self.runner.run_pieces([u.payload for u in units], early, max_cost, spare)
         return [self._piece(u, r) for u, r in zip(units, out)]
 
     def _piece(self, u: Unit, r, silence: np.ndarray | None = None) -> Piece:
@@ -307,9 +307,9 @@ def _run_paused_units(voice: VitsVoice, units: Sequence[Unit], early, on_early) 
     return result
 
 
-def _run_paused_pieces(voice: VitsVoice, units: Sequence[Unit], early, max_cost):
+def _run_paused_pieces(voice: VitsVoice, units: Sequence[Unit], early, max_cost, spare: bool):
     """run_pieces with the silence of Paused units before their first piece."""
     pos, items = _split_paused(units)
     at = {k: j for j, k in enumerate(pos)}
-    out = voice.runner.run_pieces(items, [at[k] for k in early if k in at], max_cost) if items else []
+    out = voice.runner.run_pieces(items, [at[k] for k in early if k in at], max_cost, spare) if items else []
     return [voice._piece(u, out[at[k]], _silence(u)) if k in at else Piece(_silence(u)) for k, u in enumerate(units)]

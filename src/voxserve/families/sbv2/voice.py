@@ -311,7 +311,7 @@ class Sbv2Voice(Voice):
         return out
 
     def run_pieces(self, units: Sequence[Unit], early: Sequence[int] = (),
-                   max_cost: int | None = None) -> list[Piece]:
+                   max_cost: int | None = None, spare: bool = False) -> list[Piece]:
         """Whole sentences (SBV2 is not cut); a sentence over the sentence limit fails alone
         (`Piece.failed`: its AudioTooLongError), its batch mates are not affected."""
         items = [u.payload for u in units]
