@@ -128,3 +128,29 @@ def test_a_batch_is_spare_only_with_nothing_else_running_or_waiting():
         w.update(p, w.execute(p))
     assert v.spares[:3] == [True, False, False]
     eng.shutdown(1)
+
+
+def test_pieces_of_a_cut_sentence_do_not_time_the_works_own_speed():
+    """A head cut for first audio costs its share of the ids but carries the sentence's encoder
+    and the cut's context: timed as the work's own speed it made short requests look long (the
+    urgent class shrank after each idle spell's first streams)."""
+    from dataclasses import replace
+
+    v = FakeVoice("v", delay_s=0.01, concurrent_runs=True)
+    eng = Engine([v], EngineConfig(scheduler=SchedulerConfig(max_wait_ms=0))).start(threads=False)
+    w = eng._workers["cpu"]
+    one = (replace(NOW, items=1),)
+    eng.submit("v", "a first sentence long enough to be cut for its first audio.", None, RecordingSink(), streaming=True)
+    wait_queued(w, 1)
+    for _ in range(2):  # the head, then the rest: each alone on the device
+        with w.cond:
+            p = w.schedule(time.monotonic(), one)
+        w.update(p, w.execute(p))
+    assert v.cuts == 1 and "v" not in w.time.alone and w.time.speed["v"].seconds_per_cost is not None
+    eng.submit("v", "a whole one.", None, RecordingSink())
+    wait_queued(w, 1)
+    with w.cond:
+        p = w.schedule(time.monotonic(), one)
+    w.update(p, w.execute(p))
+    assert w.time.alone["v"].seconds_per_cost is not None
+    eng.shutdown(1)

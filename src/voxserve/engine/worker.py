@@ -337,7 +337,10 @@ class DeviceWorker:
         self.scheduler.complete(batch, dt)  # the voice's device time: voices share the device fairly
         # the work done: a cut item's rest is queued again and counted when it runs
         done = None if error is not None else batch.cost - sum(rest.cost for _, rest in pieces if rest is not None)
-        self._ended(batch, done)
+        # a piece of a cut sentence costs its share of the ids but not of the time (the encoder
+        # ran once for all of it, the cut adds context): it says nothing of the work's own speed
+        whole = error is None and not any(it.continues for it in batch.items) and all(rest is None for _, rest in pieces)
+        self._ended(batch, done, whole)
         for k, it in enumerate(batch.items):
             r = self.requests.get(it.request_id)
             if r is None or r.finished:
@@ -466,16 +469,17 @@ class DeviceWorker:
         self.running_batch += len(batch)
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) + batch.cost
 
-    def _ended(self, batch: Batch, done_cost: int | None) -> None:
+    def _ended(self, batch: Batch, done_cost: int | None, whole: bool = True) -> None:
         """A batch is over; done_cost: the work it did (None: it failed, no measurement). Its
         device seconds are the busy time since the previous batch ended (or the device went
-        busy), so with several lanes overlapping batches are not counted twice; a batch that
-        had the device to itself also times the work's own speed (`DeviceTime.seconds`)."""
+        busy), so with several lanes overlapping batches are not counted twice; a batch of whole
+        sentences that had the device to itself also times the work's own speed
+        (`DeviceTime.seconds`)."""
         self.running_batch -= len(batch)
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) - batch.cost
         t = time.monotonic()
         if done_cost:
-            alone = self._alone and self.running_batch == 0
+            alone = whole and self._alone and self.running_batch == 0
             self.time.observe(batch.voice, done_cost, t - max(self._last_done, self._busy_from), alone)
         self._last_done = t
 
