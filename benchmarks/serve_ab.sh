@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two checkouts of voxserve side by side under the same load (8 clients, short and medium texts),
-# with the second also under `--executor serial`: rounds interleaved, round 1 a warm-up. Loopback
+# with the second also under `--executor serial`: rounds interleaved in a rotating order, round 1 a warm-up. Loopback
 # only. Usage: [PORT=18901] [REST_S=70] bash benchmarks/serve_ab.sh BEFORE_SRC AFTER_SRC [OUTDIR] [ROUNDS]
 # (BEFORE_SRC/AFTER_SRC: the `src` folders of two worktrees, e.g. made with `git worktree add`).
 set -u
@@ -17,7 +17,9 @@ trap 'kill "${PIDS[@]}" 2>/dev/null' EXIT
 up() { $PY -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; }
 for _ in $(seq 1 240); do ok=1; for k in 0 1 2; do up "http://127.0.0.1:$((P0 + k))/ready" || ok=0; done; [ $ok = 1 ] && break; sleep 1; done
 for r in $(seq 1 "$ROUNDS"); do
-  for k in 0 1 2; do
+  # the order rotates every round: with BEFORE always first, the arms' p95 differed by order
+  # alone by up to ~40% (docs/benchmarks.md, "The short-request p95 at 8 clients")
+  for j in 0 1 2; do k=$(( (j + r) % 3 ))
     PYTHONPATH=$AFTER timeout 600 $PY -m voxserve loadtest --url "http://127.0.0.1:$((P0 + k))" -c 8 -n 80 \
       --categories short,medium --warmup 4 --json "$OUT/r${r}_${ARMS[$k]}.json" > /dev/null 2>&1 || echo "FAILED r$r ${ARMS[$k]}"
   done
