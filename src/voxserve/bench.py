@@ -137,7 +137,7 @@ class _Piper(_Engine):
             yield len(c.audio_float_array) / c.sample_rate
 
 
-REFERENCE_RAN = "measured"  # the JSON's "piper" when Piper ran beside the voice (else why not)
+REFERENCE_RAN = "measured"  # the JSON's "piper" value when Piper ran beside the voice (else the reason it did not)
 
 def _piper_for(name: str) -> tuple[_Engine | None, str | None]:
     """Piper on the voice's own files, or why not."""

@@ -72,7 +72,7 @@ class DeviceTime:
 
     @property
     def timed(self) -> bool:
-        """Whether any work of the device has been timed (the figures are measured, not prior)."""
+        """Whether any work of the device has been timed (else the prior stands)."""
         return any(t.seconds_per_cost is not None for t in self.speed.values())
 
     def per_cost(self, voice: Hashable) -> float:
@@ -101,6 +101,6 @@ class DeviceTime:
         return max(0.0, cost) * self.per_cost(voice)
 
     def cost_per_s(self, voice: Hashable) -> float | None:
-        """The voice's measured speed under load (None before it was timed)."""
+        """The voice's cost per second under load (None before it was timed)."""
         t = self.speed.get(voice)
         return t.cost_per_s if t is not None else None

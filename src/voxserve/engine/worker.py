@@ -469,7 +469,7 @@ class DeviceWorker:
         self.running_batch += len(batch)
         self.running_cost[batch.voice] = self.running_cost.get(batch.voice, 0) + batch.cost
 
-    def _ended(self, batch: Batch, done_cost: int | None, whole: bool = True) -> None:
+    def _ended(self, batch: Batch, done_cost: int | None, whole: bool) -> None:
         """A batch is over; done_cost: the work it did (None: it failed, no measurement). Its
         device seconds are the busy time since the previous batch ended (or the device went
         busy), so with several lanes overlapping batches are not counted twice; a batch of whole
