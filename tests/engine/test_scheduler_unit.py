@@ -746,3 +746,25 @@ def test_work_is_classed_by_its_own_speed_and_waits_by_the_pace_under_load():
     t2 = DeviceTime()
     t2.observe("new", 100, 0.3)  # never alone yet: its pace under load stands in
     assert t2.seconds("new", 100) == pytest.approx(0.3)
+
+
+def test_a_batch_alone_whose_overheads_outweigh_its_work_does_not_set_the_works_own_speed():
+    """The engine's warm-up says "Hello." (17 ids) alone: 76 ms, 4.5 ms an id, mostly a batch's
+    fixed cost. Under load no batch may run alone again, so that figure would stand and class
+    only ~67 ids as urgent while the device's pace is ~1.15 ms an id (docs/benchmarks.md,
+    issue 44's fifth session). Contention only slows work: the own figure is never above the pace."""
+    from voxserve.engine.device_time import DeviceTime
+
+    t = DeviceTime()
+    t.observe("v", 17, 0.0762, alone=True)
+    for _ in range(50):
+        t.observe("v", 100, 0.115)  # the device's pace under load
+    assert t.own_per_cost("v") == pytest.approx(0.00115, rel=0.05)
+    assert t.seconds("v", 160) == pytest.approx(0.184, rel=0.05)  # 160 ids: short work, urgent at 0.3 s
+    s = Scheduler(SchedulerConfig(max_wait_ms=0), t)
+    add(s, "a", 1, cost=160)
+    s.input_done("a")
+    assert s.next_deadline(0.0, Pick.short(0.3, 1)) == 0.0
+    t.observe("v", 200, 0.16, alone=True)  # a real sentence alone, faster than the pace: it stands
+    assert t.own_per_cost("v") < 0.00115
+

@@ -84,12 +84,15 @@ class DeviceTime:
         return max(known) if known else self.prior_s_per_cost
 
     def own_per_cost(self, voice: Hashable) -> float:
-        """Seconds one unit of the voice's cost takes with the device to itself (the figure
-        under load until such a batch was timed)."""
+        """Seconds one unit of the voice's cost takes with the device to itself, never more
+        than the pace under load: contention only slows work, so a slower figure from batches
+        alone comes from ones whose fixed overheads outweigh their work (the warm-up's
+        "Hello.", an idle spell's one word), and it would class almost nothing as short."""
         t = self.alone.get(voice)
+        load = self.per_cost(voice)
         if t is not None and t.seconds_per_cost is not None:
-            return t.seconds_per_cost
-        return self.per_cost(voice)
+            return min(t.seconds_per_cost, load)
+        return load
 
     def seconds(self, voice: Hashable, cost: float) -> float:
         """Predicted device seconds of `cost` of the voice's work: its own time, not its wait."""
