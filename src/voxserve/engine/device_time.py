@@ -48,13 +48,13 @@ class Throughput:
 class DeviceTime:
     """Predicted device seconds of a voice's work on one device: its cost (the voice's unit:
     phoneme ids for VITS) times the voice's observed seconds per unit. Two figures per voice:
-    the work's own time (`seconds`: from batches that had the device to themselves), which
-    orders and classes work, and the device's pace under its current load (`under_load_s`: busy
-    time over the work done, overlapping batches counted once), which predicts waits. Under load
-    the second grows (lanes share the cores, other processes take some), and a sentence classed
-    by it would stop being short exactly when short work matters most. A voice not timed yet
-    counts as the slowest timed one (a device's voices share it); before any timing,
-    `prior_s_per_cost`."""
+    the work's own time (`seconds`: from batches that had the device to themselves, never above
+    the pace under load), which orders and classes work, and the device's pace under its current
+    load (`under_load_s`: busy time over the work done, overlapping batches counted once), which
+    predicts waits. Under load the pace grows (lanes share the cores, other processes take
+    some), and a sentence classed by it alone would stop being short exactly when short work
+    matters most. A voice not timed yet counts as the slowest timed one (a device's voices share
+    it); before any timing, `prior_s_per_cost`."""
 
     def __init__(self, prior_s_per_cost: float = PRIOR_S_PER_COST):
         if prior_s_per_cost <= 0:

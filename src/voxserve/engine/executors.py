@@ -42,9 +42,9 @@ from .worker import DeviceWorker, Plan
 
 URGENT_MAX_S = 0.3
 """A request is urgent while what its client waits for is predicted to take at most this much
-device time (the scheduler's "Urgent work"): a sentence of about four seconds of audio on a
-small CPU, a batch's own overheads included; the figures behind it are in docs/benchmarks.md
-("The urgent class in device time")."""
+device time (the scheduler's "Urgent work"): on a small CPU at its pace under load, a sentence
+of ~260 phoneme ids; docs/benchmarks.md ("The short-request p95 at 8 clients, fixed") has the
+figures behind it."""
 
 log = logging.getLogger(__name__)
 
