@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from .audio import SentenceJoiner, Word, silence_samples
-from .families import families
 from .limits import DEFAULT_LIMITS, Limits
 from .options import SynthesisOptions
 from .text.split import split_sentences
@@ -255,14 +254,6 @@ class VoiceContract(ABC):
     device's worker, so every family must say it."""
     limits: Limits = DEFAULT_LIMITS
     """The work bound of every request to this voice (set by load_voice(limits=...))."""
-
-    @property
-    def synthesis_options(self) -> type[SynthesisOptions]:
-        """The options class this voice takes per request: its family's
-        (`Family.synthesis_options`, e.g. PiperOptions), or SynthesisOptions for a voice of no
-        registered family. `synthesize` and the others take one, or a plain SynthesisOptions."""
-        fam = families().get(self.family)
-        return SynthesisOptions if fam is None else fam.synthesis_options
 
     @property
     def speakers(self) -> list[str]:

@@ -35,6 +35,7 @@ from .contract import (  # noqa: F401 (re-exported: families and tools import th
 )
 from .engine.engine import Engine
 from .engine.output import Sink
+from .families import synthesis_options_of
 from .options import SynthesisOptions
 
 _ENGINE_LOCK = threading.Lock()  # makes each voice's library engine once, whichever thread asks first
@@ -46,6 +47,12 @@ class Voice(VoiceContract):
     time on whichever of them waits (their sentences batched together)."""
 
     _library_engine: Engine | None = None  # (library_engine: made at the first call)
+
+    @property
+    def synthesis_options(self) -> type[SynthesisOptions]:
+        """The options class this voice takes per request (`Family.synthesis_options`, e.g.
+        PiperOptions); `synthesize` and the others take one, or a plain SynthesisOptions."""
+        return synthesis_options_of(self)
 
     def warmup(self) -> None:
         """Get ready for traffic (servers call this before reporting ready): one sentence."""

@@ -2,7 +2,8 @@
 executors, the output path, the async engine (asyncio side)."""
 
 from .async_engine import AsyncEngine, SpeechStream
-from .engine import BatchObserver, Engine, EngineConfig, Sink
+from .engine import Engine, EngineConfig, Sink
+from .worker import BatchObserver
 from .executors import CpuLanes
 from .scheduler import Batch, Item, Scheduler, SchedulerConfig
 

@@ -37,7 +37,7 @@ from .admission import check_memory
 from .executors import CpuExecutor, CpuLanes, Executor, SerialExecutor
 from .output import RequestOutput, Sink
 from .scheduler import Batch, Pick, SchedulerConfig
-from .worker import DeviceWorker, RequestState
+from .worker import BatchObserver, DeviceWorker, RequestState, WorkerHost
 from .unload import VoiceLoads
 
 log = logging.getLogger(__name__)
@@ -99,18 +99,7 @@ class _WarmupSink(Sink):
         self.done.set()
 
 
-class BatchObserver:
-    """Told about the device work as it runs (the server's metrics)."""
-
-    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float, finished: int) -> None:
-        """One one-shot batch of `voice` ran: `size` units, `finished` of them the end of their
-        sentence (a sentence cut in pieces counts once, with its last piece)."""
-
-    def on_step(self, voice: str, active: int, finished: int, seconds: float, audio_seconds: float) -> None:
-        """One step of a step voice ran (its share of the step's seconds and audio)."""
-
-
-class Engine:
+class Engine(WorkerHost):
     """Voices by name; one worker per device. Thread safe."""
 
     def __init__(self, voices: Mapping[str, VoiceContract] | Sequence[VoiceContract], config: EngineConfig | None = None,
@@ -137,7 +126,8 @@ class Engine:
         for k, (dev, names) in enumerate(on.items()):
             # request ids k+1, k+1+n, ...: a request's id names its worker, the only owner of
             # its state (no index of requests is shared across devices)
-            w = self._workers[dev] = DeviceWorker(self, dev, names, itertools.count(k + 1, len(on)))
+            w = self._workers[dev] = DeviceWorker(self, dev, names, itertools.count(k + 1, len(on)),
+                                                 self.config.scheduler, self.config.max_queue_wait_s)
             ex = self._executors[dev] = self._executor_for(w, [self.voices[n] for n in names])
             w.lanes = w.admission.lanes = ex.lanes
             for name in names:

@@ -22,22 +22,20 @@ import itertools
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..options import SynthesisOptions
-from ..contract import SharedComponent, StepResult, StepRunner, Unit, piece_error, piece_words
+from ..contract import SharedComponent, StepResult, StepRunner, Unit, VoiceContract, piece_error, piece_words
 from .admission import Accepted, DeviceAdmission
 from .output import RequestOutput
 from .device_time import DeviceTime
-from .scheduler import ANY, NOW, Batch, Item, Pick, Scheduler
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .scheduler import ANY, NOW, Batch, Item, Pick, Scheduler, SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -110,22 +108,65 @@ class Outcome:
     steps: list[tuple[StepRunner, list[str], list[StepResult], BaseException | None, float]] = field(default_factory=list)
 
 
+class BatchObserver:
+    """Told about the device work as it runs (the server's metrics)."""
+
+    def on_batch(self, voice: str, size: int, cost: int, seconds: float, audio_seconds: float, finished: int) -> None:
+        """One one-shot batch of `voice` ran: `size` units, `finished` of them the end of their
+        sentence (a sentence cut in pieces counts once, with its last piece)."""
+
+    def on_step(self, voice: str, active: int, finished: int, seconds: float, audio_seconds: float) -> None:
+        """One step of a step voice ran (its share of the step's seconds and audio)."""
+
+
+class WorkerHost(ABC):
+    """What a device's worker reads and calls of the engine that owns it (`Engine` is the one
+    host): declared here so that the worker depends on this seam, not on the engine that builds
+    it. The methods are called with the request's device lock held."""
+
+    voices: Mapping[str, VoiceContract]
+    observer: BatchObserver | None
+
+    @abstractmethod
+    def _emit(self, r: RequestState, index: int, audio: np.ndarray, text: str, *, partial: bool = False,
+              sentence_start: bool = True, words: tuple = ()) -> bool:
+        """Deliver a sentence's (or piece's) audio to the request's output path; False: the
+        request failed there and was told so."""
+
+    @abstractmethod
+    def _fail(self, r: RequestState, error: BaseException) -> None:
+        """End the request with `error` (its queued work dropped)."""
+
+    @abstractmethod
+    def _count(self, sentences: int = 0, batches: int = 0) -> None:
+        """Add to the engine's work counters."""
+
+    @abstractmethod
+    def _needs_frontend(self, r: RequestState) -> bool:
+        """Whether the request's front end should produce more sentences now."""
+
+    @abstractmethod
+    def _start_frontend(self, r: RequestState) -> None:
+        """Have the request's front end produce its next sentences (off the device's thread)."""
+
+
 class DeviceWorker:
     """One device: its accepted requests (it alone owns them, under its `cond`), its scheduler,
     the admission accounting fed by what it runs, and the step."""
 
-    def __init__(self, engine: "Engine", device: str, voices: Sequence[str], ids: Iterator[int], lanes: int = 1):
+    def __init__(self, engine: WorkerHost, device: str, voices: Sequence[str], ids: Iterator[int],
+                 scheduler: SchedulerConfig, max_queue_wait_s: float, lanes: int = 1):
         self.engine = engine
         self.device = device
         self.voices = list(voices)
         self.ids = ids  # this device's request ids (the engine finds a request's worker by its id)
         self.requests: dict[int, RequestState] = {}
         self.time = DeviceTime()  # predicted device seconds: the scheduler's and admission's unit
-        self.scheduler = Scheduler(engine.config.scheduler, self.time)
+        self.scheduler = Scheduler(scheduler, self.time)
         self.cond = threading.Condition()
         self.lanes = max(1, lanes)
         # each voice's cost per character and the time test, in the same device seconds
-        self.admission = DeviceAdmission(self.time, engine.config.max_queue_wait_s, self.lanes)
+        self.admission = DeviceAdmission(self.time, max_queue_wait_s, self.lanes)
         self.running_cost: dict[str, int] = {}  # cost of the work in flight, per voice
         self.running_batch = 0  # items in the work in flight
         self._busy_from = 0.0  # when the device last went from idle to busy (monotonic)

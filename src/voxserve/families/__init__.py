@@ -24,7 +24,7 @@ from ..errors import VoiceLoadError
 from ..options import OptionRule, SynthesisOptions, option_rules
 
 if TYPE_CHECKING:
-    from ..voice import Voice
+    from ..contract import VoiceContract
 
 BUILTIN = ("piper", "sbv2", "bark", "cosyvoice2")
 """Family packages under voxserve.families imported when the registry is first asked."""
@@ -92,7 +92,7 @@ class Family:
 
     name: str
     """The family's name, as `VoiceSource.family` and `Voice.family` carry it."""
-    load: Callable[..., Voice]
+    load: Callable[..., VoiceContract]
     """load(source: VoiceSource, *, device, dtype, runtime, **kw) -> Voice. `runtime` is None or
     an `options_type` (load_voice checks it); kw holds family options of load_voice (today
     `max_phonemes`) that a family may ignore."""
@@ -209,6 +209,14 @@ def families() -> dict[str, Family]:
         order = {name: i for i, name in enumerate(BUILTIN)}
         names = sorted(_families, key=lambda n: order.get(n, len(order)))  # stable: others keep their order
         return {n: _families[n] for n in names}
+
+
+def synthesis_options_of(voice: VoiceContract) -> type[SynthesisOptions]:
+    """The options class a loaded voice takes per request: its family's
+    (`Family.synthesis_options`, e.g. PiperOptions), or SynthesisOptions for a voice of no
+    registered family."""
+    fam = families().get(voice.family)
+    return SynthesisOptions if fam is None else fam.synthesis_options
 
 
 def load_options() -> dict[str, LoadOption]:

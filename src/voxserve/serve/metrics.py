@@ -88,7 +88,7 @@ class Metrics(BatchObserver):
 
 def _memory(engine) -> dict[str, float]:
     out: dict[str, float] = {}
-    devices = {str(getattr(v, "device", "cpu")) for v in engine.voices.values()}
+    devices = {str(v.device) for v in engine.voices.values()}
     for dev in devices:
         if dev.startswith("cuda"):
             try:

@@ -20,7 +20,7 @@ from ..audio import EncoderOwner, SentenceJoiner, encode_audio, open_stream_enco
 from ..engine import AsyncEngine, Engine, SpeechStream
 from ..engine.held_audio import HeldAudio
 from ..errors import EngineClosedError, TextTooLongError, UnknownVoiceError, VoxserveError
-from ..families import synthesis_rules
+from ..families import synthesis_options_of, synthesis_rules
 from ..options import SynthesisOptions, options_for
 from ..voices.registry import OPENAI_VOICES, resolve_voice
 from .clones import ClonedVoices
@@ -95,10 +95,10 @@ class SpeechService:
         if name is not None and name not in self.engine.voices:
             base = self.clones.made.get(name)
             if base is not None:
-                return base, self.clones.with_speaker(name, options_for(self.engine.voice(base).synthesis_options,
+                return base, self.clones.with_speaker(name, options_for(synthesis_options_of(self.engine.voice(base)),
                                                                         values, rules))
         voice = self.voice_for(name, openai)
-        return voice, options_for(self.engine.voice(voice).synthesis_options, values, rules)
+        return voice, options_for(synthesis_options_of(self.engine.voice(voice)), values, rules)
 
     def check_model(self, model: str) -> None:
         if model not in OPENAI_MODELS and model != MODEL_ID and model not in self.engine.voices:

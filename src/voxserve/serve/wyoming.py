@@ -48,7 +48,7 @@ from ..errors import (
     UnpronounceableTextError,
     VoxserveError,
 )
-from ..families import synthesis_rules
+from ..families import synthesis_options_of, synthesis_rules
 from ..options import SynthesisOptions, check_values, options_for
 from ..text.split import SentenceBuffer
 
@@ -312,7 +312,7 @@ class _Connection:
 
     def _voice_and_options(self, data: dict) -> tuple[str, SynthesisOptions]:
         name, values = self._voice_and_values(data)
-        return name, options_for(self.engine.voice(name).synthesis_options, values, synthesis_rules())
+        return name, options_for(synthesis_options_of(self.engine.voice(name)), values, synthesis_rules())
 
     def _voice_and_values(self, data: dict) -> tuple[str, dict]:
         voice = data.get("voice")
@@ -534,7 +534,7 @@ class WyomingServer:
             for name, v in self.engine.voices.items():
                 speakers = [TtsVoiceSpeaker(name=s) for s in v.speakers] or None
                 voices.append(TtsVoice(name=name, attribution=_ATTRIBUTION, installed=True,
-                                       description=f"{name} ({getattr(v, 'family', '')}, {v.sample_rate} Hz)",
+                                       description=f"{name} ({v.family}, {v.sample_rate} Hz)",
                                        version=None, languages=self.languages[name], speakers=speakers))
             program = TtsProgram(name="voxserve", attribution=_ATTRIBUTION, installed=True,
                                  description="voxserve text to speech", version=__version__, voices=voices,

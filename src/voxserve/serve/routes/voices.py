@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from ...families import synthesis_options_of
 from ...options import option_rules
 from ..clones import parse_form
 from ..http_errors import BadRequest
@@ -19,9 +20,9 @@ router = APIRouter()
 def voice_infos(svc: SpeechService) -> VoicesResponse:
     out = []
     for name, v in svc.engine.voices.items():
-        out.append(VoiceInfo(name=name, family=getattr(v, "family", ""), sample_rate=v.sample_rate,
-                             speakers=list(v.speakers), styles=list(getattr(v, "styles", ())),
-                             languages=list(v.language_codes), options=list(option_rules(v.synthesis_options)),
+        out.append(VoiceInfo(name=name, family=v.family, sample_rate=v.sample_rate,
+                             speakers=list(v.speakers), styles=list(v.styles),
+                             languages=list(v.language_codes), options=list(option_rules(synthesis_options_of(v))),
                              default=name == svc.default_voice))
     for name, base in svc.clones.made.items():
         out.append(clone_info(svc, name, base))
@@ -31,7 +32,7 @@ def voice_infos(svc: SpeechService) -> VoicesResponse:
 def clone_info(svc: SpeechService, name: str, base: str) -> VoiceInfo:
     v = svc.engine.voice(base)
     return VoiceInfo(name=name, family=v.family, sample_rate=v.sample_rate, speakers=[name],
-                     languages=list(v.language_codes), options=list(option_rules(v.synthesis_options)), default=False)
+                     languages=list(v.language_codes), options=list(option_rules(synthesis_options_of(v))), default=False)
 
 
 @router.get("/v1/voices", response_model=VoicesResponse)
