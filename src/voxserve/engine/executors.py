@@ -42,9 +42,8 @@ from .worker import DeviceWorker, Plan
 
 URGENT_MAX_S = 0.3
 """A request is urgent while what its client waits for is predicted to take at most this much
-device time (the scheduler's "Urgent work"): on a small CPU at its pace under load, a sentence
-of ~260 phoneme ids; docs/benchmarks.md ("The short-request p95 at 8 clients, fixed") has the
-figures behind it."""
+device time (the scheduler's "Urgent work"): a short sentence on a small CPU at its pace under
+load; why this value: docs/benchmarks.md, "The short-request p95 at 8 clients, fixed"."""
 
 log = logging.getLogger(__name__)
 
